@@ -1,0 +1,1 @@
+"""attention_lab: efficient global-context operators for vision."""

@@ -1,0 +1,30 @@
+"""attention_lab: efficient global-context operators for vision in JAX/Flax."""
+
+import setuptools
+
+setuptools.setup(
+    name="attention_lab",
+    version="0.1.0",
+    description=(
+        "Efficient global-context operators (SAO, relative self-attention, "
+        "refined SA, Kronecker attention, Hamburger) with layers, models, "
+        "a train loop and paper-table reproductions."
+    ),
+    packages=setuptools.find_packages(include=["attention_lab", "attention_lab.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        "jax>=0.10.2,<0.11",
+        "flax>=0.12.8,<0.13",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12",
+        "tensorflow-cpu>=2.20",
+        "tensorflow-datasets>=4.9.10",
+        "ml-collections>=1.1",
+        "clu>=0.0.12",
+        "tensorboard>=2.20",
+        "scikit-learn>=1.5",
+        "matplotlib>=3.9",
+        "numpy>=2.0",
+    ],
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},
+)
