@@ -1,5 +1,6 @@
 """Trace-time argument checks shared by the operators (raise ValueError)."""
 
+import numbers
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -29,7 +30,7 @@ def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
 
 
 def check_positive(name: str, value, *, integer: bool = False) -> None:
-  if integer and (not isinstance(value, int) or isinstance(value, bool)):
+  if integer and (not isinstance(value, numbers.Integral) or isinstance(value, bool)):
     raise ValueError(f"{name} must be a positive int, got {value!r}")
   if not value > 0:
     raise ValueError(f"{name} must be > 0, got {value!r}")
