@@ -85,7 +85,9 @@ def _mean_attend(q, k, v, scale):
   acc = _checks.compute_dtype(q, k, v)
   kv = jnp.einsum("bkhd,bkhe->bhde", k, v, preferred_element_type=acc)
   kv = kv * (scale / k.shape[1])
-  out = jnp.einsum("bqhd,bhde->bqhe", q, kv.astype(q.dtype), preferred_element_type=acc)
+  # q is upcast rather than kv rounded down: kv carries a sum over all keys (and
+  # XLA:CPU has no bf16 x bf16 -> f32 kernel for this contraction).
+  out = jnp.einsum("bqhd,bhde->bqhe", q.astype(acc), kv)
   return out.astype(v.dtype)
 
 
@@ -149,7 +151,7 @@ def _pool_grid(x, window: int):
   acc = _checks.compute_dtype(x)
   dims = (1,) + (window,) * len(spatial) + (1, 1)
   pads = ((0, 0),) + tuple((0, -s % window) for s in spatial) + ((0, 0), (0, 0))
-  sums = lax.reduce_window(x.astype(acc), jnp.zeros((), acc), lax.add, dims, dims, pads)
+  sums = lax.reduce_window(x.astype(acc), np.zeros((), acc), lax.add, dims, dims, pads)
   counts = np.ones((), np.float64)
   for s in spatial:
     per_dim = np.minimum(window, s - window * np.arange(-(-s // window)))

@@ -1,0 +1,151 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_lab import ops
+from tests.ops import references as ref
+
+# (B, N, D, R): odd sizes, a single token, rank above and below the dimension.
+SHAPES = [(2, 30, 8, 4), (1, 7, 5, 3), (1, 1, 3, 2), (1, 9, 3, 6)]
+
+
+def _problem(rng, b, n, d, r, non_negative=True):
+  x = rng.normal(size=(b, n, d))
+  x = np.abs(x) if non_negative else x
+  bases = np.asarray(ops.random_bases(jax.random.key(1), b, d, r, dtype=jnp.float64))
+  return x, bases
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("steps", [1, 4])
+def test_nmf_matches_reference(rng, shape, steps):
+  x, bases = _problem(rng, *shape)
+  out = ops.nmf(x, bases, steps=steps)
+  for got, expected in zip(out, ref.nmf(x, bases, steps)):
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("steps", [1, 3])
+def test_soft_vq_matches_reference(rng, shape, steps):
+  x, _ = _problem(rng, *shape, non_negative=False)
+  bases = rng.normal(size=(shape[0], shape[2], shape[3]))
+  out = ops.soft_vq(x, bases, steps=steps, temperature=0.3)
+  for got, expected in zip(out, ref.soft_vq(x, bases, steps, 0.3)):
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("steps", [1, 3])
+def test_soft_cd_matches_reference(rng, shape, steps):
+  x, _ = _problem(rng, *shape, non_negative=False)
+  bases = rng.normal(size=(shape[0], shape[2], shape[3]))
+  out = ops.soft_cd(x, bases, steps=steps, temperature=0.3, beta=0.1)
+  for got, expected in zip(out, ref.soft_cd(x, bases, steps, 0.3, 0.1)):
+    np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-10)
+
+
+def test_nmf_objective_does_not_increase_and_stays_non_negative(rng):
+  x, bases = _problem(rng, 2, 40, 12, 5)
+  errors = []
+  for steps in range(1, 13):
+    b, c = ops.nmf(x, bases, steps=steps)
+    assert np.all(np.asarray(b) >= 0) and np.all(np.asarray(c) >= 0)
+    errors.append(float(jnp.linalg.norm(x - c @ jnp.swapaxes(b, 1, 2))))
+  assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(errors, errors[1:])), errors
+  assert errors[-1] < 0.95 * errors[0]  # it actually decreases
+
+
+def test_nmf_of_zero_input_is_finite():
+  x = jnp.zeros((1, 6, 4))
+  bases = ops.random_bases(jax.random.key(0), 1, 4, 3, dtype=jnp.float64)
+  b, c = ops.nmf(x, bases, steps=3)
+  assert np.all(np.isfinite(b)) and np.all(np.isfinite(c))
+  for gradient in ("one_step", "bptt"):
+    g = jax.grad(lambda x: jnp.sum(ops.nmf(x, bases, steps=3, gradient=gradient)[1]))(x)
+    assert np.all(np.isfinite(g))
+
+
+def _loss(outputs):
+  bases, codes = outputs
+  return jnp.sum(jnp.sin(3 * codes)) + jnp.sum(jnp.cos(2 * bases))
+
+
+SOLVERS = {
+    "nmf": (lambda x, b, **kw: ops.nmf(x, b, **kw), lambda x, b, s: ref.nmf(x, b, s)),
+    "soft_vq": (lambda x, b, **kw: ops.soft_vq(x, b, temperature=0.5, **kw),
+                lambda x, b, s: ref.soft_vq(x, b, s, 0.5)),
+    "soft_cd": (lambda x, b, **kw: ops.soft_cd(x, b, temperature=0.5, beta=0.1, **kw),
+                lambda x, b, s: ref.soft_cd(x, b, s, 0.5, 0.1)),
+}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_one_step_and_bptt_same_values_different_gradients(rng, solver):
+  fn, _ = SOLVERS[solver]
+  x, bases = _problem(rng, 1, 12, 5, 3)
+  one = fn(x, bases, steps=4, gradient="one_step")
+  full = fn(x, bases, steps=4, gradient="bptt")
+  for a, b in zip(one, full):  # equal up to float64 rounding of differently fused loops
+    np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+  g_one = jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="one_step")))(x)
+  g_full = jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="bptt")))(x)
+  # VQ and CD contract fast, so their one-step gradient is close to (but not) the full one.
+  assert np.linalg.norm(g_one - g_full) > 1e-6 * np.linalg.norm(g_full)
+
+
+def _last_update(solver, x, bases, codes):
+  """One (codes, bases) update of Alg. 1-3 written out in jnp, from a frozen state."""
+  def unit(a, axis):
+    return a / jnp.maximum(jnp.linalg.norm(a, axis=axis, keepdims=True), 1e-6)
+
+  xt = jnp.swapaxes(x, 1, 2)
+  if solver == "nmf":
+    codes = codes * (x @ bases) / (codes @ jnp.swapaxes(bases, 1, 2) @ bases + 1e-6)
+    bases = bases * (xt @ codes) / (bases @ jnp.swapaxes(codes, 1, 2) @ codes + 1e-6)
+    return bases, codes
+  codes = jax.nn.softmax(unit(x, 2) @ unit(bases, 1) / 0.5, axis=-1)
+  if solver == "soft_vq":
+    return (xt @ codes) / (codes.sum(axis=1, keepdims=True) + 1e-6), codes
+  bases = unit(xt @ codes, 1)
+  gram = jnp.swapaxes(bases, 1, 2) @ bases + 0.1 * jnp.eye(bases.shape[-1])
+  return bases, x @ bases @ jnp.linalg.inv(gram)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("steps", [1, 3])
+def test_one_step_gradient_is_gradient_of_last_update(rng, solver, steps):
+  fn, reference = SOLVERS[solver]
+  x, bases = _problem(rng, 2, 10, 4, 3)
+  frozen_bases, frozen_codes = reference(x, bases, steps - 1)
+  expected = jax.grad(lambda x: _loss(_last_update(solver, x, frozen_bases, frozen_codes)))(x)
+  got = jax.grad(lambda x: _loss(fn(x, bases, steps=steps, gradient="one_step")))(x)
+  np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-10)
+  # The initial bases receive no gradient through the frozen iterations.
+  g_bases = jax.grad(lambda b: _loss(fn(x, b, steps=steps, gradient="one_step")))(bases)
+  np.testing.assert_array_equal(g_bases, 0)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 5])
+def test_fixed_point_iterate_on_a_contraction(steps):
+  step = lambda s, x: 0.5 * s + x
+  for gradient, slope in (("one_step", 1.0), ("bptt", 2 * (1 - 0.5**steps))):
+    run = lambda x: ops.fixed_point_iterate(step, jnp.zeros(()), (x,), steps=steps,
+                                            gradient=gradient)
+    np.testing.assert_allclose(run(3.0), 3.0 * 2 * (1 - 0.5**steps), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(run)(3.0), slope, rtol=1e-12)
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "normal"])
+def test_random_bases(distribution):
+  b = ops.random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution)
+  assert b.shape == (2, 7, 4) and b.dtype == jnp.float32
+  np.testing.assert_allclose(jnp.linalg.norm(b, axis=1), 1, rtol=1e-6)
+  if distribution == "uniform":
+    assert np.all(np.asarray(b) >= 0)
+  else:
+    assert np.any(np.asarray(b) < 0)
+  np.testing.assert_array_equal(
+      b, ops.random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution))
+  assert not np.allclose(b, ops.random_bases(jax.random.key(4), 2, 7, 4, distribution=distribution))

@@ -1,0 +1,77 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_lab import ops
+from tests.ops import references as ref
+
+GRIDS = [(5, 7), (4, 4), (3, 1), (1, 4)]
+
+
+def _inputs(rng, x, y, b=2, h=3, d=4, dv=5):
+  return (rng.normal(size=(b, x, y, h, d)), rng.normal(size=(b, x, y, h, d)),
+          rng.normal(size=(b, x, y, h, dv)), rng.normal(size=(2 * x - 1, d)),
+          rng.normal(size=(2 * y - 1, d)))
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_logits_match_index_loops(rng, grid):
+  q, _, _, rel_h, rel_w = _inputs(rng, *grid)
+  lh, lw = ops.relative_logits_2d(q, rel_h, rel_w)
+  expected_h, expected_w = ref.relative_logits(q, rel_h, rel_w)
+  np.testing.assert_allclose(lh, expected_h, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(lw, expected_w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("lq,lk", [(1, 1), (1, 4), (3, 3), (2, 5), (5, 2)])
+def test_rel_to_abs(rng, lq, lk):
+  rel = rng.normal(size=(2, lq, lq + lk - 1))
+  out = ops.rel_to_abs(rel, lk)
+  for a in range(lq):
+    for j in range(lk):
+      np.testing.assert_array_equal(out[:, a, j], rel[:, a, j - a + lq - 1])
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_attention_matches_reference(rng, grid):
+  q, k, v, rel_h, rel_w = _inputs(rng, *grid)
+  expected = ref.relative_attention(q, k, v, rel_h, rel_w, 0.5)
+  np.testing.assert_allclose(
+      ops.relative_attention_2d(q, k, v, rel_h, rel_w), expected, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(
+      ops.relative_attention_2d(q, k, v, rel_h, rel_w, scale=0.2),
+      ref.relative_attention(q, k, v, rel_h, rel_w, 0.2), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 14, 15, 20, 35, 1000])
+def test_chunked_equals_unchunked(rng, chunk):
+  q, k, v, rel_h, rel_w = _inputs(rng, 5, 7)
+  full = ops.relative_attention_2d(q, k, v, rel_h, rel_w)
+  np.testing.assert_allclose(
+      ops.relative_attention_2d(q, k, v, rel_h, rel_w, query_chunk_size=chunk), full,
+      rtol=1e-12, atol=1e-12)
+
+
+def test_chunked_gradient_equals_unchunked(rng):
+  q, k, v, rel_h, rel_w = _inputs(rng, 5, 3, b=1, h=2, d=3, dv=2)
+
+  def loss(chunk):
+    return lambda *a: jnp.sum(jnp.sin(ops.relative_attention_2d(*a, query_chunk_size=chunk)))
+
+  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_chunk = jax.grad(loss(6), argnums=range(5))(q, k, v, rel_h, rel_w)
+  for a, b in zip(g_chunk, g_full):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_no_pairwise_embedding_tensor():
+  """Neither op forms a (HW, HW, D) tensor (AA appendix A.3)."""
+  x, y, d = 6, 5, 7
+  q = jnp.zeros((1, x, y, 1, d))
+  tables = jnp.zeros((2 * x - 1, d)), jnp.zeros((2 * y - 1, d))
+  for fn in (lambda q, h, w: ops.relative_logits_2d(q, h, w),
+             lambda q, h, w: ops.relative_attention_2d(q, q, q, h, w)):
+    jaxpr = jax.make_jaxpr(fn)(q, *tables)
+    sizes = [np.prod(var.aval.shape) for eqn in jaxpr.eqns for var in eqn.outvars]
+    assert max(sizes) <= (x * y) ** 2, max(sizes)
