@@ -19,6 +19,7 @@ setuptools.setup(
         "orbax-checkpoint>=0.12",
         "tensorflow-cpu>=2.20",
         "tensorflow-datasets>=4.9.10",
+        "importlib_resources",  # imported by tensorflow-datasets but not declared by it
         "ml-collections>=1.1",
         "clu>=0.0.12",
         "tensorboard>=2.20",

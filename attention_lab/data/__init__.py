@@ -1,0 +1,1 @@
+"""Input pipelines on TFDS, and builders for embedded datasets."""

@@ -1,0 +1,1 @@
+"""TFDS builders for datasets embedded in pip packages (no download)."""

@@ -1,0 +1,1 @@
+"""Training: optimizers and schedules from config, the generic trainer."""
