@@ -23,7 +23,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
 
   config.dataset = ml_collections.ConfigDict()
   config.dataset.name = "digits"
-  config.dataset.data_dir = None  # TFDS default (~/tensorflow_datasets).
+  config.dataset.data_dir = ""  # "": the TFDS default (~/tensorflow_datasets).
   config.dataset.train_split = "train"
   config.dataset.eval_split = "test"
   config.dataset.image_size = 32

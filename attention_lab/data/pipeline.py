@@ -36,6 +36,7 @@ class DatasetInfo:
 
 def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
   """The TFDS builder for `name`; embedded datasets are prepared locally on first use."""
+  data_dir = data_dir or None  # "" in configs means the TFDS default directory.
   if name in _EMBEDDED:
     builder = _EMBEDDED[name](data_dir=data_dir)
     builder.download_and_prepare()

@@ -90,7 +90,7 @@ class GlobalAttention(nnx.Module):
     elif op == "softmax_pool":
       out = ops.dot_product_attention(flat(q), *ops.pool_keys_values(k, v))
     elif op == "siamese":
-      out = ops.siamese_attention(flat(q), flat(k), flat(v), self.w.value.astype(q.dtype))
+      out = ops.siamese_attention(flat(q), flat(k), flat(v), self.w[...].astype(q.dtype))
     elif op == "kronecker_kv":
       out = ops.kronecker_attention_kv(q, k, v)
     elif op == "kronecker_qkv":
@@ -99,6 +99,6 @@ class GlobalAttention(nnx.Module):
       if x.ndim != 4:
         raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got {x.shape}")
       out = ops.relative_attention_2d(
-          q, k, v, self.rel_h.value.astype(q.dtype), self.rel_w.value.astype(q.dtype))
+          q, k, v, self.rel_h[...].astype(q.dtype), self.rel_w[...].astype(q.dtype))
     out = out.reshape(*grid, math.prod(out.shape[-2:]))
     return self.out(out) if self.out else out

@@ -192,14 +192,15 @@ class Trainer:
     model = nnx.merge(self.eval_graphdef, state["params"], state["rest"])
     return self.task.loss_and_metrics(model(batch["image"]), batch)[1]
 
-  def _global(self, batch):
+  def global_batch(self, batch):
+    """This process's numpy batch → global arrays sharded over the mesh's "data" axis."""
     return {k: jax.make_array_from_process_local_data(self.data_sharding, v)
             for k, v in batch.items()}
 
   def evaluate(self) -> dict[str, float]:
     total = None
     for batch in pipeline.eval_batches(self.config, local_batch_size=self.local_batch):
-      values = self.eval_step(self.state, self._global(batch))
+      values = self.eval_step(self.state, self.global_batch(batch))
       total = values if total is None else total.merge(values)
     return {f"eval_{k}": float(v) for k, v in total.compute().items()}
 
@@ -207,8 +208,10 @@ class Trainer:
     step = int(self.state["step"])
     self.checkpoints.save(step, args=ocp.args.StandardSave(_storable(self.state)), force=force)
 
-  def run(self) -> dict[str, float]:
-    """Trains to `total_steps` (resuming where the workdir left off); returns the last metrics."""
+  def run(self, until_step: int | None = None) -> dict[str, float]:
+    """Trains from the workdir's last checkpoint to `total_steps`, or only to `until_step`
+    (a session budget: the schedule still spans `total_steps`); saves and returns the last
+    metrics."""
     config = self.config
     writer = metric_writers.create_default_writer(
         self.workdir, just_logging=jax.process_index() > 0)
@@ -221,8 +224,9 @@ class Trainer:
     data = pipeline.train_iterator(config, local_batch_size=self.local_batch, start_step=start)
     train_metrics, summary = None, {}
     try:
-      for step in range(start + 1, self.total_steps + 1):
-        self.state, values = self.train_step(self.state, self._global(next(data)))
+      last = self.total_steps if until_step is None else min(until_step, self.total_steps)
+      for step in range(start + 1, last + 1):
+        self.state, values = self.train_step(self.state, self.global_batch(next(data)))
         train_metrics = values if train_metrics is None else train_metrics.merge(values)
         report(step)
         if step % config.log_every_steps == 0 or step == self.total_steps:
@@ -234,10 +238,10 @@ class Trainer:
           evaluation = self.evaluate()
           writer.write_scalars(step, evaluation)
           summary.update(evaluation)
-        self.save(force=step == self.total_steps)
         if stop["requested"]:
           logging.warning("SIGTERM: saving step %d and exiting", step)
-          self.save(force=True)
+        self.save(force=step == last or stop["requested"])
+        if stop["requested"]:
           break
     finally:
       self.checkpoints.wait_until_finished()

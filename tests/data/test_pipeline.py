@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from attention_lab.data import pipeline
+from attention_lab.data.builders.digits import Digits
+from configs import default
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+  config = default.get_config("tiny")
+  config.dataset.data_dir = str(tmp_path_factory.mktemp("tfds"))
+  return config
+
+
+def test_digits_builder_needs_no_download(config):
+  builder = pipeline.get_builder("digits", config.dataset.data_dir)
+  assert isinstance(builder, Digits)
+  assert builder.info.splits["train"].num_examples == 1497
+  assert builder.info.splits["test"].num_examples == 300
+  examples = list(tfds.as_numpy(builder.as_dataset(split="test")))
+  images = np.stack([e["image"] for e in examples])
+  assert images.shape == (300, 32, 32, 1) and images.dtype == np.uint8 and images.max() > 200
+  assert sorted({int(e["label"]) for e in examples}) == list(range(10))
+
+
+def test_train_stream_is_deterministic_and_resumable(config):
+  first = pipeline.train_iterator(config, local_batch_size=8)
+  batches = [next(first) for _ in range(5)]
+  assert batches[0]["image"].shape == (8, 32, 32, 1) and batches[0]["label"].dtype == np.int32
+  again = pipeline.train_iterator(config, local_batch_size=8, start_step=3)
+  for expected in batches[3:]:
+    got = next(again)
+    np.testing.assert_array_equal(got["image"], expected["image"])
+    np.testing.assert_array_equal(got["label"], expected["label"])
+  assert not np.array_equal(batches[0]["label"], batches[1]["label"])
+
+
+def test_eval_batches_cover_the_split_once_with_a_mask(config):
+  batches = list(pipeline.eval_batches(config, local_batch_size=64))
+  assert all(b["image"].shape == (64, 32, 32, 1) for b in batches)
+  assert sum(int(b["mask"].sum()) for b in batches) == 300
+
+
+@pytest.mark.parametrize("name,size,crop", [
+    ("cifar100", 32, "resize"), ("imagenet2012", 64, "resize"), ("imagenet2012", 64, "inception")])
+def test_real_loaders_on_mock_data(config, name, size, crop):
+  config = config.copy_and_resolve_references()
+  config.dataset.name, config.dataset.image_size, config.dataset.crop = name, size, crop
+  config.dataset.data_dir = ""
+  config.dataset.train_split, config.dataset.eval_split = "train", (
+      "validation" if name == "imagenet2012" else "test")
+  with tfds.testing.mock_data(num_examples=12):
+    builder = pipeline.get_builder(name)
+    assert builder.info.features["label"].num_classes == (100 if name == "cifar100" else 1000)
+    batch = next(pipeline.train_iterator(config, local_batch_size=4))
+    assert batch["image"].shape == (4, size, size, 3) and np.all(np.isfinite(batch["image"]))
+    eval_batch = next(pipeline.eval_batches(config, local_batch_size=4))
+    assert eval_batch["image"].shape == (4, size, size, 3)
