@@ -34,13 +34,18 @@ class GlobalAttention(nnx.Module):
     value_features: width of v (default C).
     out_features: if set, a final linear map to this width.
     spatial_shape: (X, Y) grid size, required for "relative".
+    use_bias: biases in the linear maps.
+    siamese_w: "learned" or "ones" (w fixed to ones, SAO Table 8 ablation).
+    global_term: SAO's global response term (False: SAO Table 6 ablation).
     dtype: compute dtype (parameters stay float32).
   """
 
   def __init__(self, in_features: int, operator: str, *, num_heads: int = 1,
                project: str = "v", key_features: int | None = None,
                value_features: int | None = None, out_features: int | None = None,
-               spatial_shape: tuple[int, ...] | None = None, dtype=None, rngs: nnx.Rngs):
+               spatial_shape: tuple[int, ...] | None = None, use_bias: bool = True,
+               siamese_w: str = "learned", global_term: bool = True, dtype=None,
+               rngs: nnx.Rngs):
     if operator not in OPERATORS:
       raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")
     if project not in PROJECTIONS:
@@ -54,15 +59,19 @@ class GlobalAttention(nnx.Module):
     for name, width in (("key_features", key_features), ("value_features", value_features)):
       if width % num_heads:
         raise ValueError(f"{name} ({width}) must be divisible by num_heads ({num_heads})")
+    if siamese_w not in ("learned", "ones"):
+      raise ValueError(f"siamese_w must be 'learned' or 'ones', got {siamese_w!r}")
     self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
-    dense = lambda i, o: nnx.Linear(i, o, dtype=dtype, rngs=rngs)
+    self.global_term = global_term
+    dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.query = dense(in_features, key_features) if project == "qkv" else None
     self.key = dense(in_features, key_features) if project == "qkv" else None
     self.value = dense(in_features, value_features)
     self.out = dense(value_features, out_features) if out_features else None
     head_dim = key_features // num_heads
     if operator == "siamese":
-      self.w = nnx.Param(jnp.ones((num_heads, head_dim)))
+      ones = jnp.ones((num_heads, head_dim))
+      self.w = nnx.Param(ones) if siamese_w == "learned" else nnx.Variable(ones)
     if operator == "relative":
       if spatial_shape is None or len(spatial_shape) != 2:
         raise ValueError(
@@ -90,7 +99,8 @@ class GlobalAttention(nnx.Module):
     elif op == "softmax_pool":
       out = ops.dot_product_attention(flat(q), *ops.pool_keys_values(k, v))
     elif op == "siamese":
-      out = ops.siamese_attention(flat(q), flat(k), flat(v), self.w[...].astype(q.dtype))
+      out = ops.siamese_attention(flat(q), flat(k), flat(v), self.w[...].astype(q.dtype),
+                                  global_term=self.global_term)
     elif op == "kronecker_kv":
       out = ops.kronecker_attention_kv(q, k, v)
     elif op == "kronecker_qkv":

@@ -1,24 +1,14 @@
 """A small CNN with one global-context block: the default experiment's model (digits)."""
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab.layers import GlobalAttention, Hamburger
+from attention_lab.layers.conv import ConvBN
 from attention_lab.models.registry import register
 
 ATTENTIONS = ("none", "softmax", "softmax_pool", "mean", "siamese", "kronecker_kv",
               "kronecker_qkv", "relative", "hamburger")
-
-
-class ConvBN(nnx.Module):
-  def __init__(self, cin, cout, stride, *, dtype, rngs):
-    self.conv = nnx.Conv(cin, cout, (3, 3), strides=stride, use_bias=False, dtype=dtype,
-                         rngs=rngs)
-    self.norm = nnx.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
-
-  def __call__(self, x):
-    return jax.nn.relu(self.norm(self.conv(x)))
 
 
 class AttentionCNN(nnx.Module):
@@ -38,9 +28,9 @@ class AttentionCNN(nnx.Module):
       raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
     c = 2 * width
     self.stages = nnx.List([
-        ConvBN(in_channels, width, 1, dtype=dtype, rngs=rngs),
-        ConvBN(width, c, 2, dtype=dtype, rngs=rngs),
-        ConvBN(c, c, 2, dtype=dtype, rngs=rngs),
+        ConvBN(in_channels, width, 3, 1, dtype=dtype, rngs=rngs),
+        ConvBN(width, c, 3, 2, dtype=dtype, rngs=rngs),
+        ConvBN(c, c, 3, 2, dtype=dtype, rngs=rngs),
     ])
     grid = (-(-image_size // 4),) * 2
     self.attention = attention

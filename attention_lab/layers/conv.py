@@ -1,0 +1,20 @@
+"""Conv → BatchNorm → optional activation, the unit of every CNN here."""
+
+from collections.abc import Callable
+
+from flax import nnx
+
+
+class ConvBN(nnx.Module):
+  """k×k convolution without bias, batch norm, then `activation` (None: linear)."""
+
+  def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, *, groups: int = 1,
+               activation: Callable | None = nnx.relu, dtype=None, rngs: nnx.Rngs):
+    self.conv = nnx.Conv(cin, cout, (kernel, kernel), strides=stride, feature_group_count=groups,
+                         use_bias=False, dtype=dtype, rngs=rngs)
+    self.norm = nnx.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.activation = activation
+
+  def __call__(self, x):
+    x = self.norm(self.conv(x))
+    return self.activation(x) if self.activation else x

@@ -1,0 +1,148 @@
+"""Parameter and MAdd counts of the model zoo beside the papers' tables.
+
+  python -m experiments.model_stats
+
+Parameters come from `nnx.eval_shape` (nothing is allocated or compiled) in
+two conventions: all trainable parameters, and the papers' convention —
+convolution / linear kernels and the SAO w only, no biases, no batch-norm
+parameters (it reproduces SAO Table 8 exactly: SANet 3,449,408, w fixed to
+ones 3,448,448). MAdd is counted on the traced forward pass at batch 1: one
+multiply-add per term of every convolution and dot product (einsums of the
+attention operators included), which is the MobileNet papers' MAdd; XLA's
+cost analysis (`.lower().compile().cost_analysis()["flops"] / 2`, which
+also counts normalisations and activations) is printed beside it. Results:
+experiments/results/model_stats.{md,json}.
+"""
+
+import json
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+from absl import app
+from flax import nnx
+
+from attention_lab import models
+
+KERNEL_NAMES = ("kernel", "w")
+
+# (label, model, paper params, paper MAdd, note) per table. Paper numbers from
+# the papers' tables (SAO Tables 3/4/6/8, KAO Tables 2-4); None where not given.
+TABLES = {
+    "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": [
+        ("MobileNetV2", "mobilenet_v2", 3.47e6, 300e6),
+        ("SANet", "sanet", 3_449_408, 288e6),
+        ("SANet w/o SAO", "sanet_no_sao", None, None),
+        ("SANet w/o global term", "sanet_no_global", 3.44e6, None),
+        ("SANet, w fixed to ones", "sanet_ones_w", 3_448_448, None),
+        ("MobileNetV2 + SAO", "mobilenet_v2_sao", 3.47e6, None),
+        ("SENet", "senet", 3.44e6, 294e6),
+        ("AttnNet", "attnnet", 3.44e6, 365e6),
+        ("AttnNet + Pool", "attnnet_pool", 3.44e6, 300e6),
+        ("AttnNet 1/N", "attnnet_mean", 3.44e6, 312e6),
+    ],
+    "KAO Tables 2-4 (ImageNet, 224², 1000 classes)": [
+        ("KANet_KV", "kanet_kv", 3.44e6, 288e6),
+        ("KANet_QKV", "kanet_qkv", 3.44e6, 281e6),
+        ("MobileNetV2 + KAO", "mobilenet_v2_kao", 3.46e6, 298e6),
+        ("KANet w/o KAO", "kanet_no_kao", 3.46e6, 298e6),
+    ],
+}
+EXACT = {"sanet", "sanet_ones_w"}
+
+
+def build_abstract(name, num_classes=1000, **overrides):
+  return nnx.eval_shape(
+      lambda: models.create(name, num_classes=num_classes, rngs=nnx.Rngs(0), **overrides))
+
+
+def count_params(model) -> tuple[int, int]:
+  """(all trainable parameters, kernels + SAO w only)."""
+  flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
+  sizes = [(path[-1], math.prod(v.get_value().shape)) for path, v in flat]
+  return sum(s for _, s in sizes), sum(s for n, s in sizes if n in KERNEL_NAMES)
+
+
+def _sub_jaxprs(eqn):
+  for value in eqn.params.values():
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(v, jax.extend.core.ClosedJaxpr):
+        yield v.jaxpr
+      elif isinstance(v, jax.extend.core.Jaxpr):
+        yield v
+
+
+def count_madd(jaxpr) -> int:
+  """Multiply-adds of every dot_general and conv_general_dilated in a jaxpr (recursive)."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs = eqn.invars[0].aval.shape
+      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contract)
+    elif name == "conv_general_dilated":
+      rhs = eqn.invars[1].aval.shape
+      spec = eqn.params["dimension_numbers"].rhs_spec  # (out, in, *spatial)
+      per_output = rhs[spec[1]] * math.prod(rhs[d] for d in spec[2:])
+      total += math.prod(eqn.outvars[0].aval.shape) * per_output
+    else:
+      trips = eqn.params.get("length", 1) if name == "scan" else 1
+      total += trips * sum(count_madd(sub) for sub in _sub_jaxprs(eqn))
+  return total
+
+
+def forward_costs(model, input_shape) -> tuple[int, float]:
+  """(MAdd by the jaxpr count, XLA cost-analysis flops / 2) of one forward pass at batch 1."""
+  graphdef, state = nnx.split(model)
+  model_eval = nnx.merge(graphdef, state)
+  model_eval.eval()
+  graphdef, state = nnx.split(model_eval)
+
+  def forward(state, x):
+    return nnx.merge(graphdef, state)(x)
+
+  x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+  madd = count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
+  cost = jax.jit(forward).lower(state, x).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return madd, cost.get("flops", float("nan")) / 2
+
+
+def _rel(ours, paper):
+  return None if paper is None else (ours - paper) / paper
+
+
+def main(argv):
+  del argv
+  lines, records = ["# Model parameters and MAdd beside the papers", ""], []
+  lines.append(
+      "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch norm; "
+      "MAdd = multiply-adds of convolutions and dot products at batch 1 (XLA's own "
+      "flops/2, which also counts norms and activations, beside it).")
+  for title, rows in TABLES.items():
+    lines += ["", f"## {title}", "",
+              "| model | registry name | params (all) | params (paper conv.) | paper | Δ | "
+              "MAdd | XLA flops/2 | paper | Δ |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, name, paper_params, paper_madd in rows:
+      model = build_abstract(name)
+      total, kernels = count_params(model)
+      madd, xla = forward_costs(model, (224, 224, 3))
+      dp, dm = _rel(kernels, paper_params), _rel(madd, paper_madd)
+      fmt = lambda d: "" if d is None else f"{100 * d:+.2f}%"
+      paper_p = "" if paper_params is None else f"{paper_params:,.0f}"
+      paper_m = "" if paper_madd is None else f"{paper_madd / 1e6:.0f}m"
+      lines.append(f"| {label} | `{name}` | {total:,} | {kernels:,} | {paper_p} | {fmt(dp)} | "
+                   f"{madd / 1e6:.1f}m | {xla / 1e6:.1f}m | {paper_m} | {fmt(dm)} |")
+      records.append(dict(table=title, label=label, model=name, params_all=total,
+                          params_paper_convention=kernels, paper_params=paper_params,
+                          madd=madd, xla_flops_half=xla, paper_madd=paper_madd))
+      print(lines[-1], flush=True)
+  out = pathlib.Path(__file__).parent / "results"
+  (out / "model_stats.md").write_text("\n".join(lines) + "\n")
+  (out / "model_stats.json").write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)
