@@ -45,17 +45,18 @@ class MobileNet(nnx.Module):
     attention_skip: skip around the attention path (SANet: yes; KANet AttnSkip: yes).
     attention_kwargs: passed to GlobalAttention (siamese_w, global_term).
     width: channel multiplier (tests use small widths). image_size: input side.
+    in_channels: 3 for RGB (1 for the digits CPU presets).
     dropout: rate after pooling (0.2 = keep 0.8, SAO/KAO appendices).
   """
 
   def __init__(self, *, num_classes: int, attention: str | None = None, base: str = "concat",
                attention_skip: bool = True, attention_kwargs: dict | None = None,
-               width: float = 1.0, image_size: int = 224, dropout: float = 0.2, dtype=None,
-               rngs: nnx.Rngs):
+               width: float = 1.0, image_size: int = 224, in_channels: int = 3,
+               dropout: float = 0.2, dtype=None, rngs: nnx.Rngs):
     if base not in ("concat", "standard"):
       raise ValueError(f"base must be 'concat' or 'standard', got {base!r}")
     c = _scaled(32, width)
-    self.stem = nnx.Conv(3, c, (3, 3), strides=2, use_bias=False, dtype=dtype, rngs=rngs)
+    self.stem = nnx.Conv(in_channels, c, (3, 3), strides=2, use_bias=False, dtype=dtype, rngs=rngs)
     self.stem_norm = nnx.BatchNorm(c, momentum=0.9, dtype=dtype, rngs=rngs)
     size = -(-image_size // 2)
     blocks = []
