@@ -51,7 +51,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.optimizer.weight_decay = 5e-4
   config.optimizer.grad_clip_norm = 0.0
   config.optimizer.schedule = "cosine"
-  config.optimizer.warmup_epochs = 1
+  config.optimizer.warmup_epochs = 1.0
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.num_devices = -1  # All devices, data parallel.

@@ -27,10 +27,11 @@ from attention_lab import models
 
 KERNEL_NAMES = ("kernel", "w")
 
-# (label, model, paper params, paper MAdd, note) per table. Paper numbers from
-# the papers' tables (SAO Tables 3/4/6/8, KAO Tables 2-4); None where not given.
+# Per table: input shape, classes and rows (label, registry name, paper params, paper MAdd),
+# from SAO Tables 3/4/6/8, KAO Tables 2-4 and AA Table 1 (its "GFlops" are 2×MAdd); None where
+# the paper gives no number.
 TABLES = {
-    "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": [
+    "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": dict(input=(224, 224, 3), classes=1000, rows=[
         ("MobileNetV2", "mobilenet_v2", 3.47e6, 300e6),
         ("SANet", "sanet", 3_449_408, 288e6),
         ("SANet w/o SAO", "sanet_no_sao", None, None),
@@ -41,15 +42,20 @@ TABLES = {
         ("AttnNet", "attnnet", 3.44e6, 365e6),
         ("AttnNet + Pool", "attnnet_pool", 3.44e6, 300e6),
         ("AttnNet 1/N", "attnnet_mean", 3.44e6, 312e6),
-    ],
-    "KAO Tables 2-4 (ImageNet, 224², 1000 classes)": [
+    ]),
+    "KAO Tables 2-4 (ImageNet, 224², 1000 classes)": dict(input=(224, 224, 3), classes=1000, rows=[
         ("KANet_KV", "kanet_kv", 3.44e6, 288e6),
         ("KANet_QKV", "kanet_qkv", 3.44e6, 281e6),
         ("MobileNetV2 + KAO", "mobilenet_v2_kao", 3.46e6, 298e6),
         ("KANet w/o KAO", "kanet_no_kao", 3.46e6, 298e6),
-    ],
+    ]),
+    "AA Table 1 (CIFAR-100, 32², 100 classes)": dict(input=(32, 32, 3), classes=100, rows=[
+        ("Wide-ResNet-28-10", "wide_resnet28_10", 36.3e6, 10.4e9 / 2),
+        ("GE-Wide-ResNet", "ge_wide_resnet28_10", 36.3e6, 10.4e9 / 2),
+        ("SE-Wide-ResNet", "se_wide_resnet28_10", 36.5e6, 10.4e9 / 2),
+        ("AA-Wide-ResNet", "aa_wide_resnet28_10", 36.2e6, 10.9e9 / 2),
+    ]),
 }
-EXACT = {"sanet", "sanet_ones_w"}
 
 
 def build_abstract(name, num_classes=1000, **overrides):
@@ -121,14 +127,14 @@ def main(argv):
       "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch norm; "
       "MAdd = multiply-adds of convolutions and dot products at batch 1 (XLA's own "
       "flops/2, which also counts norms and activations, beside it).")
-  for title, rows in TABLES.items():
+  for title, table in TABLES.items():
     lines += ["", f"## {title}", "",
               "| model | registry name | params (all) | params (paper conv.) | paper | Δ | "
               "MAdd | XLA flops/2 | paper | Δ |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for label, name, paper_params, paper_madd in rows:
-      model = build_abstract(name)
+    for label, name, paper_params, paper_madd in table["rows"]:
+      model = build_abstract(name, table["classes"])
       total, kernels = count_params(model)
-      madd, xla = forward_costs(model, (224, 224, 3))
+      madd, xla = forward_costs(model, table["input"])
       dp, dm = _rel(kernels, paper_params), _rel(madd, paper_madd)
       fmt = lambda d: "" if d is None else f"{100 * d:+.2f}%"
       paper_p = "" if paper_params is None else f"{paper_params:,.0f}"

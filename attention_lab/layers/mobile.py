@@ -17,25 +17,12 @@ The attention path is any GlobalAttention operator with only V projected
 squeeze-and-excitation gate ("se") for the SENet baseline.
 """
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab.layers.conv import ConvBN
+from attention_lab.layers.excite import SqueezeExcite
 from attention_lab.layers.global_attention import GlobalAttention
-
-
-class SqueezeExciteGate(nnx.Module):
-  """x ⊙ σ(W₂ ReLU(W₁ mean(x))) with reduction `reduction` and no biases."""
-
-  def __init__(self, channels: int, *, reduction: int = 2, dtype=None, rngs: nnx.Rngs):
-    hidden = max(1, channels // reduction)
-    self.squeeze = nnx.Linear(channels, hidden, use_bias=False, dtype=dtype, rngs=rngs)
-    self.excite = nnx.Linear(hidden, channels, use_bias=False, dtype=dtype, rngs=rngs)
-
-  def __call__(self, x):
-    gate = jax.nn.sigmoid(self.excite(jax.nn.relu(self.squeeze(jnp.mean(x, axis=(1, 2))))))
-    return x * gate[:, None, None, :].astype(x.dtype)
 
 
 class MobileBlock(nnx.Module):
@@ -68,7 +55,7 @@ class MobileBlock(nnx.Module):
     self.depthwise = ConvBN(local, local, 3, stride, groups=local, activation=nnx.relu6,
                             dtype=dtype, rngs=rngs)
     if attention == "se":
-      self.attend = SqueezeExciteGate(cin, dtype=dtype, rngs=rngs)
+      self.attend = SqueezeExcite(cin, reduction=2, use_bias=False, dtype=dtype, rngs=rngs)
     elif attention:
       self.attend = GlobalAttention(cin, attention, num_heads=heads, project="v",
                                     use_bias=False, spatial_shape=spatial_shape, dtype=dtype,
