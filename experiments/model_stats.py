@@ -57,6 +57,28 @@ TABLES = {
     ]),
 }
 
+# Where our count and a paper's differ by more than the tolerance, the arithmetic.
+NOTES = """\
+## Notes on the rows that differ
+
+- KANet_KV / KANet_QKV / MobileNetV2 + KAO (+3.3%): our MAdd projects V on the
+  full grid, Σ N·c² = 28²·32² + 14²·(4·64² + 2·96²) + 7²·3·160² = 11.39m over the
+  attention modules. The projection is linear, so applying it to the Kronecker
+  summaries instead ((h+w)·c²) is equivalent; that is what the KAO numbers
+  imply: 297.7 − 11.4 = 286.3m (paper 288m, −0.6%), 290.4 − 11.4 = 279.0m (281m,
+  −0.7%), 307.9 − 11.4 = 296.5m (298m, −0.5%). Left as is: our layer projects V
+  before the operator, like every other GlobalAttention operator.
+- AA-Wide-ResNet (+14%): our MAdd includes the attention matmuls, N²·(dk+dv)
+  per block = 1024²·176·4 + 256²·192·4 + 64²·224·4 = 792m (dk = 8 heads × 20 at
+  32²). Convolutions alone (the qkv and output 1×1s included) give 5,335m MAdd =
+  10.67 GFlops against the paper's 10.9 (−2.1%): the paper's GFlops leave the
+  attention matmuls out.
+- SENet (−5.4%) and AttnNet 1/N (−5.5%): the SAO paper does not describe its
+  SENet block or the head split of Attn1/N; ours are an SE gate with reduction 2
+  and no biases on the attention path (which matches the 3.44m parameters) and
+  the 1/N operator with 4 heads (N·c²/2 per module). Not bent to fit.
+"""
+
 
 def build_abstract(name, num_classes=1000, **overrides):
   return nnx.eval_shape(
@@ -146,7 +168,7 @@ def main(argv):
                           madd=madd, xla_flops_half=xla, paper_madd=paper_madd))
       print(lines[-1], flush=True)
   out = pathlib.Path(__file__).parent / "results"
-  (out / "model_stats.md").write_text("\n".join(lines) + "\n")
+  (out / "model_stats.md").write_text("\n".join(lines) + "\n\n" + NOTES)
   (out / "model_stats.json").write_text(json.dumps(records, indent=1))
 
 
