@@ -12,8 +12,10 @@ split over "data", assembled per process with
 reductions (gradients, BatchNorm statistics over the global batch), so the
 loss does not depend on the device count.
 
-A task object owns the loss and the metrics (Classification here); a
-segmentation, restoration or GAN task provides the same two methods.
+A task object (config.task, a key of TASKS) owns the loss and the metrics:
+`loss_and_metrics(outputs, batch) -> (loss, clu metrics)` and a `metrics`
+collection class; Classification is the first. Segmentation or restoration
+tasks add an entry with their own loss and metrics and reuse the loop.
 """
 
 import os
@@ -67,6 +69,9 @@ class Classification:
         loss=per_example, top1=jnp.argmax(logits, -1) == batch["label"],
         top5=jnp.any(top5 == batch["label"][:, None], axis=-1), mask=mask)
     return loss, values
+
+
+TASKS = {"classification": Classification}
 
 
 def make_mesh(config) -> jax.sharding.Mesh:
@@ -150,7 +155,10 @@ class Trainer:
     self.train_graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     parameter_overview.log_parameter_overview(nnx.to_pure_dict(params))
 
-    self.task = Classification(self.info.num_classes, config.get("label_smoothing", 0.0))
+    task = config.get("task", "classification")
+    if task not in TASKS:
+      raise ValueError(f"task must be one of {sorted(TASKS)}, got {task!r}")
+    self.task = TASKS[task](self.info.num_classes, config.get("label_smoothing", 0.0))
     self.schedule = optim.make_schedule(
         config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
     self.tx = optim.make_optimizer(config.optimizer, self.schedule)

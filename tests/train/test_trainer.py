@@ -1,4 +1,6 @@
+import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -105,3 +107,35 @@ def test_unwritable_workdir_fails_fast(tmp_path, data_dir):
   blocker.write_text("not a directory")
   with pytest.raises(ValueError, match="cannot be written"):
     Trainer(tiny_config(data_dir), str(blocker / "workdir"))
+
+
+def test_sigterm_saves_and_stops(tmp_path, data_dir):
+  config = tiny_config(data_dir, **{"num_train_steps": 6, "checkpoint_every_steps": 100})
+  trainer = Trainer(config, str(tmp_path))
+  step_fn, calls = trainer.train_step, []
+
+  def preempted_step(state, batch):
+    calls.append(1)
+    if len(calls) == 2:
+      os.kill(os.getpid(), signal.SIGTERM)  # a preemption notice during step 2
+    return step_fn(state, batch)
+
+  trainer.train_step = preempted_step
+  handler_before = signal.getsignal(signal.SIGTERM)
+  trainer.run()
+  assert len(calls) == 2 and trainer.checkpoints.latest_step() == 2
+  assert signal.getsignal(signal.SIGTERM) is handler_before  # the trainer's handler is removed
+  assert int(Trainer(config, str(tmp_path)).state["step"]) == 2  # resumes there
+
+
+def test_bfloat16_compute(tmp_path, data_dir):
+  config = tiny_config(data_dir, **{"num_train_steps": 2, "model.dtype": "bfloat16"})
+  summary = Trainer(config, str(tmp_path)).run()
+  assert np.isfinite(summary["train_loss"])
+
+
+def test_unknown_task(tmp_path, data_dir):
+  config = tiny_config(data_dir)
+  config.task = "detection"
+  with pytest.raises(ValueError, match="task must be one of"):
+    Trainer(config, str(tmp_path))

@@ -1,0 +1,57 @@
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from attention_lab.train import optim
+
+
+def _cfg(**kw):
+  base = dict(name="sgd", learning_rate=0.1, momentum=0.9)
+  return ml_collections.ConfigDict({**base, **kw})
+
+
+def test_step_decay_of_the_sanet_recipe():
+  s = optim.make_schedule(_cfg(schedule="step", decay_epochs=(80, 105, 120), decay_factor=0.1),
+                          steps_per_epoch=10, total_steps=1500)
+  np.testing.assert_allclose([s(0), s(799), s(800), s(1049), s(1050), s(1200)],
+                             [0.1, 0.1, 0.01, 0.01, 1e-3, 1e-4], rtol=1e-6)
+
+
+def test_warmup_then_step_decay_of_the_aa_resnets():
+  s = optim.make_schedule(_cfg(schedule="step", decay_epochs=(30, 60, 80, 90), decay_factor=0.1,
+                               warmup_epochs=5), steps_per_epoch=10, total_steps=1000)
+  np.testing.assert_allclose([s(0), s(25), s(50), s(299), s(300), s(900)],
+                             [0.0, 0.05, 0.1, 0.1, 0.01, 1e-5], rtol=1e-5, atol=1e-9)
+
+
+def test_warmup_cosine_exponential_poly():
+  cos = optim.make_schedule(_cfg(schedule="cosine", warmup_epochs=1), steps_per_epoch=10,
+                            total_steps=110)
+  np.testing.assert_allclose([cos(5), cos(10), cos(60), cos(110)], [0.05, 0.1, 0.05, 0.0],
+                             atol=1e-6)
+  exp = optim.make_schedule(_cfg(schedule="exponential", decay_every_epochs=2.4,
+                                 decay_factor=0.97), steps_per_epoch=10, total_steps=100)
+  np.testing.assert_allclose([exp(23), exp(24), exp(48)], [0.1, 0.097, 0.1 * 0.97**2], rtol=1e-6)
+  poly = optim.make_schedule(_cfg(schedule="poly", power=0.9), steps_per_epoch=10,
+                             total_steps=100)
+  np.testing.assert_allclose([poly(0), poly(50), poly(100)], [0.1, 0.1 * 0.5**0.9, 0.0],
+                             rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+def test_optimizers_decay_kernels_only(name):
+  cfg = _cfg(schedule="constant", weight_decay=0.5, grad_clip_norm=1.0)
+  cfg.name = name
+  tx = optim.make_optimizer(cfg, optax.constant_schedule(0.0 if name != "adamw" else 0.1))
+  params = {"kernel": np.ones((2, 2), np.float32), "bias": np.ones((2,), np.float32)}
+  zeros = {k: np.zeros_like(v) for k, v in params.items()}
+  updates, _ = tx.update(zeros, tx.init(params), params)
+  assert np.all(np.asarray(updates["bias"]) == 0)
+  if name == "adamw":
+    assert np.all(np.asarray(updates["kernel"]) < 0)
+
+
+def test_unknown_names():
+  with pytest.raises(ValueError, match="optimizer.name"):
+    optim.make_optimizer(_cfg(name="lamb", schedule="constant"), optax.constant_schedule(0.1))
