@@ -1,5 +1,4 @@
 import json
-import pathlib
 
 import jax
 import pytest
