@@ -1,4 +1,3 @@
-
 import pytest
 
 from attention_lab.train.trainer import Trainer
