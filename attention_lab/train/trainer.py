@@ -221,9 +221,12 @@ class Trainer:
     (a session budget: the schedule still spans `total_steps`); saves and returns the last
     metrics."""
     config = self.config
+    start = int(self.state["step"])
+    last = self.total_steps if until_step is None else min(until_step, self.total_steps)
+    if start >= last:  # already trained (e.g. a re-run of a finished workdir): just evaluate
+      return self.evaluate()
     writer = metric_writers.create_default_writer(
         self.workdir, just_logging=jax.process_index() > 0)
-    start = int(self.state["step"])
     report = periodic_actions.ReportProgress(
         num_train_steps=self.total_steps, writer=writer, every_steps=config.log_every_steps,
         every_secs=None)
@@ -232,7 +235,6 @@ class Trainer:
     data = pipeline.train_iterator(config, local_batch_size=self.local_batch, start_step=start)
     train_metrics, summary = None, {}
     try:
-      last = self.total_steps if until_step is None else min(until_step, self.total_steps)
       for step in range(start + 1, last + 1):
         self.state, values = self.train_step(self.state, self.global_batch(next(data)))
         train_metrics = values if train_metrics is None else train_metrics.merge(values)

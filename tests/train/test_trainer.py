@@ -84,6 +84,8 @@ def test_resume_is_exact(tmp_path, data_dir, attention):
   assert int(resumed.state["step"]) == 3
   got = resumed.run()
   assert got == expected
+  finished = Trainer(config, str(tmp_path / "b")).run()  # a re-run only evaluates
+  assert finished == {k: v for k, v in expected.items() if k.startswith("eval_")}
   for a, b in zip(jax.tree.leaves(nnx.to_pure_dict(resumed.state["params"])),
                   jax.tree.leaves(nnx.to_pure_dict(straight.state["params"]))):
     np.testing.assert_array_equal(a, b)
