@@ -1,40 +1,69 @@
-"""Operator efficiency tables (SAO Table 2, KAO Table 1) beside the papers' numbers.
+"""The papers' efficiency tables, measured from config files, beside the papers' numbers.
 
   python -m experiments.efficiency --config=configs/efficiency/<table>.py[:tiny]
 
-For every (size, operator) of the config, with Q = K = V = the input:
-- MAdd: multiply-adds of the dot products in the traced computation
-  (`experiments.model_stats.count_madd`), per example as the papers count;
-- memory: XLA's `memory_analysis()` of the compiled operator — temporaries,
-  and temporaries + arguments + outputs;
-- time: median of `repeats` runs after a warm-up, `jax.block_until_ready`,
-  the operators of one size measured side by side in one process.
-Speed-up and memory saving are against "attn" at the same size. Writes
-experiments/results/<table>.{md,json,png} with the machine they ran on.
+Tables (`config.kind`):
+- "operators": SAO Table 2, KAO Table 1 — one attention operator on synthetic
+  input, Q = K = V = the input, 1 head;
+- "modules": Ham Table 3 — SA, the A² double-attention block, Ham (CD, NMF)
+  at 1×128×128×512, inference and training (forward + backward);
+- "gan": Refined-SA Tables 2-3 — SAGAN, ISAGAN, SGAN 64×64 generator +
+  discriminator: forward and backward time, largest batch in a memory budget;
+- "aa": AA Table 9 — memory of the attention maps per stage of AA-ResNet-50;
+- "goals": the performance goals of issue 5 (experiments/bench_ops.py).
+
+Conventions, the same for every table:
+- MAdd / MACs: multiply-adds of every dot product and convolution of the
+  traced computation (`experiments.model_stats.count_madd`, loops counted
+  trip-count times) — the convention of the papers' profilers (TF profile,
+  torchprofile). Beside it XLA's own `cost_analysis()["flops"]` of the
+  compiled program (2 per multiply-add, plus elementwise ops; note that XLA
+  counts the body of a while loop once, whatever its trip count).
+- Memory: XLA's `compile().memory_analysis()` — temporaries, arguments,
+  outputs — deterministic, independent of the machine's load. "total" is
+  temporaries + arguments + outputs.
+- Time: the operators of one size are compiled, warmed up, then timed side by
+  side in interleaved rounds; each sample runs the compiled program enough
+  times back to back to last ≥ `min_sample_s` and ends with
+  `jax.block_until_ready`; we report the median of `repeats` (≥ 5) samples.
+- Ratios (speed-up, memory saving) are against the config's `baseline` row at
+  the same size, measured in the same run. Absolute times are for this machine
+  (written into the results); the papers' are TF/PyTorch on their hardware.
+
+Writes experiments/results/<table>.{md,json,png} with the
+machine they were measured on.
 """
 
 import json
 import pathlib
-import platform
-import time
 
 import jax
 import jax.numpy as jnp
 import matplotlib
-import numpy as np
 from absl import app
 from ml_collections import config_flags
 
 from attention_lab import ops
-from experiments.model_stats import count_madd
+from experiments import measure as measure_lib
+from experiments.efficiency_modules import build_module, module_program, ham_flops
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Efficiency table config.")
 
-LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao": "SAO",
-          "kao_kv": "KAO_KV", "kao_qkv": "KAO_QKV"}
+RESULTS = measure_lib.RESULTS
+MB = measure_lib.MB
+GIB = measure_lib.GIB
+LABELS = measure_lib.LABELS
+machine, machine_line, compile_fn, madd_of = (measure_lib.machine, measure_lib.machine_line,
+                                              measure_lib.compile_fn, measure_lib.madd_of)
+time_side_by_side, params_of = measure_lib.time_side_by_side, measure_lib.params_of
+inference_fn, training_fn = measure_lib.inference_fn, measure_lib.training_fn
+
+
+# ----------------------------------------------------------------------------------------------
+# Operators (SAO Table 2, KAO Table 1).
 
 
 def _flat(x):
@@ -53,103 +82,348 @@ OPERATORS = {
 }
 
 
+def elementwise_pass(x):
+  """One read + one write of x: the memory-bandwidth floor of any operator on x."""
+  return x * 2.0
+
+
 def measure(op: str, x, repeats: int) -> dict:
-  """MAdd per example, XLA memory and median time of one operator on x (B, S, S, H, D)."""
-  fn = jax.jit(OPERATORS[op])
-  compiled = fn.lower(x).compile()
-  mem = compiled.memory_analysis()
-  jax.block_until_ready(compiled(x))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(x))
-    times.append(time.perf_counter() - start)
-  return {
-      "madd": count_madd(jax.make_jaxpr(OPERATORS[op])(x).jaxpr) / x.shape[0],
-      "temp_bytes": mem.temp_size_in_bytes,
-      "total_bytes": mem.temp_size_in_bytes + mem.argument_size_in_bytes
-                     + mem.output_size_in_bytes,
-      "time_s": float(np.median(times)),
-  }
+  """MAdd per example, XLA accounting and median time of one operator on x (B, *S, H, D)."""
+  compiled, acct = compile_fn(OPERATORS[op], x)
+  timing = time_side_by_side({op: (compiled, (x,))}, repeats)[op]
+  return {"madd": madd_of(OPERATORS[op], x) / x.shape[0], **acct, "time_s": timing["time_s"]}
 
 
-def machine() -> str:
-  return (f"{platform.processor() or platform.machine()}, {jax.devices()[0].device_kind}, "
-          f"jax {jax.__version__}")
+def _operator_input(batch, side, channels, heads, rank=2):
+  shape = (batch, *(side,) * rank, heads, channels // heads)
+  return jax.random.normal(jax.random.key(0), shape, jnp.float32)
 
 
-def main(argv):
-  del argv
-  config = _CONFIG.value
+def run_operators(config) -> dict:
   rows = []
   for side, channels in config.sizes:
-    x = jax.random.normal(jax.random.key(0), (config.batch, side, side, config.heads,
-                                              channels // config.heads))
-    results = {op: measure(op, x, config.repeats) for op in config.operators}
-    base = results["attn"]
-    for op, r in results.items():
-      paper = config.paper.get(op, {}).get(str(side))
-      rows.append(dict(
-          size=f"{config.batch}×{side}²×{channels}", side=side, operator=op, **r,
-          speedup=base["time_s"] / r["time_s"],
-          memory_saving=1 - r["total_bytes"] / base["total_bytes"],
-          temp_saving=1 - r["temp_bytes"] / max(base["temp_bytes"], 1),
-          paper_madd_m=paper[0] if paper else None, paper_memory_mb=paper[1] if paper else None,
-          paper_time_ms=paper[2] if paper else None,
-          paper_speedup=_paper_speedup(config, op, side)))
-      print(rows[-1], flush=True)
-  out = pathlib.Path(__file__).parent / "results"
-  out.mkdir(exist_ok=True)
-  (out / f"{config.table}.json").write_text(
-      json.dumps({"machine": machine(), "rows": rows}, indent=1))
-  (out / f"{config.table}.md").write_text(_markdown(config, rows))
-  _plot(config, rows, out / f"{config.table}.png")
+    x = _operator_input(config.batch, side, channels, config.heads)
+    programs, accts = {}, {}
+    for op in (*config.operators, "pass"):
+      fn = elementwise_pass if op == "pass" else OPERATORS[op]
+      compiled, accts[op] = compile_fn(fn, x)
+      programs[op] = (compiled, (x,))
+    times = time_side_by_side(programs, config.repeats, config.min_sample_s)
+    base = config.baseline
+    for op in config.operators:
+      paper = _paper(config, op, side)
+      r = dict(size=f"{config.batch}×{side}²×{channels}", side=side, channels=channels,
+               operator=op, madd=madd_of(OPERATORS[op], x) / config.batch, **accts[op],
+               time_s=times[op]["time_s"], time_samples=times[op]["samples"],
+               inner=times[op]["inner"], pass_time_s=times["pass"]["time_s"])
+      r["time_over_pass"] = r["time_s"] / r["pass_time_s"]
+      r["speedup"] = times[base]["time_s"] / r["time_s"]
+      r["memory_saving"] = 1 - r["total_bytes"] / accts[base]["total_bytes"]
+      r["temp_saving"] = 1 - r["temp_bytes"] / max(accts[base]["temp_bytes"], 1)
+      r["paper"] = paper
+      rows.append(r)
+      print({k: v for k, v in r.items() if k != "time_samples"}, flush=True)
+  sweep = run_operator_sweep(config)
+  return {"rows": rows, "sweep": sweep}
 
 
-def _paper_speedup(config, op, side):
-  explicit = config.get("paper_speedup", {}).get(op, {}).get(str(side))
-  if explicit:
-    return explicit
-  base, own = config.paper.get("attn", {}).get(str(side)), config.paper.get(op, {}).get(str(side))
-  return base[2] / own[2] if base and own else None
+def _paper(config, op, side) -> dict | None:
+  """The paper's row: {madd_m, memory_mb, time_ms, saving, speedup} (missing keys: None)."""
+  entry = config.paper.get(op, {}).get(str(side))
+  if entry is None:
+    return None
+  keys = ("madd_m", "memory_mb", "time_ms", "saving", "speedup")
+  return dict(zip(keys, tuple(entry) + (None,) * (len(keys) - len(entry))))
 
 
-def _markdown(config, rows) -> str:
-  fmt = lambda v, f: "" if v is None else format(v, f)
-  lines = [f"# {config.title}", "", f"Machine: {machine()}. Time: median of {config.repeats} "
-           "runs after warm-up; memory: XLA memory_analysis of the whole batch; MAdd: dot products "
-           "of the traced computation, per example. Ratios are against Attn at the same size, measured in the same run.", "",
-           "| input | operator | MAdd | paper MAdd | temp MB | total MB | paper MB | time ms | "
-           "paper ms | speed-up | paper speed-up | total memory saved | temp memory saved |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  for r in rows:
+def run_operator_sweep(config) -> list:
+  """Time and XLA memory of every operator against the grid side (plots)."""
+  points = []
+  for side in config.sweep_sides:
+    x_abstract = jax.ShapeDtypeStruct(
+        (config.batch, side, side, config.heads, config.sweep_channels // config.heads),
+        jnp.float32)
+    programs, accts = {}, {}
+    for op in config.operators:
+      compiled, acct = compile_fn(OPERATORS[op], x_abstract)
+      accts[op] = acct
+      if acct["total_bytes"] <= config.memory_budget_gib * GIB:
+        programs[op] = compiled
+    if not programs:
+      continue
+    x = _operator_input(config.batch, side, config.sweep_channels, config.heads)
+    times = time_side_by_side({op: (c, (x,)) for op, c in programs.items()},
+                              config.sweep_repeats, config.min_sample_s)
+    for op in config.operators:
+      points.append(dict(side=side, positions=side * side, operator=op, **accts[op],
+                         time_s=times[op]["time_s"] if op in times else None,
+                         over_budget=op not in programs))
+    print(f"sweep {side}²: " + ", ".join(
+        f"{op} {1e3 * t['time_s']:.3f}ms" for op, t in times.items()), flush=True)
+  return points
+
+
+def operators_markdown(config, result, m) -> str:
+  fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
+  lines = [
+      f"# {config.title}", "",
+      f"Measured on {machine_line(m)}. Command: `python -m experiments.efficiency "
+      f"--config=configs/efficiency/{config.table}.py`.", "",
+      "MAdd: multiply-adds of the dot products per example (the papers' convention; softmax, "
+      "means and pooling are not multiply-adds); XLA flops: `cost_analysis()` of the whole "
+      "batch. Memory: XLA `memory_analysis()` of the whole batch — temp = temporaries, "
+      "total = temporaries + arguments (the input) + outputs. Time: median of "
+      f"{config.repeats} samples after warm-up, operators interleaved in one run. Ratios "
+      f"against {LABELS[config.baseline]} at the same size. Paper columns: "
+      f"{config.paper_source}.", "",
+      "| input | operator | MAdd | paper MAdd | XLA GFLOP | temp MB | total MB | paper MB | "
+      "saved (total) | saved (temp) | paper saved | time ms | paper ms | speed-up | "
+      "paper speed-up |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in result["rows"]:
+    p = r["paper"] or {}
     lines.append(
         f"| {r['size']} | {LABELS[r['operator']]} | {r['madd'] / 1e6:.2f}m | "
-        f"{fmt(r['paper_madd_m'], '.2f')}{'m' if r['paper_madd_m'] else ''} | "
-        f"{r['temp_bytes'] / 1e6:.2f} | {r['total_bytes'] / 1e6:.2f} | "
-        f"{fmt(r['paper_memory_mb'], '.2f')} | {1e3 * r['time_s']:.3f} | "
-        f"{fmt(r['paper_time_ms'], '.2f')} | {r['speedup']:.1f}× | "
-        f"{fmt(r['paper_speedup'], '.1f')}{'×' if r['paper_speedup'] else ''} | "
-        f"{100 * r['memory_saving']:.1f}% | {100 * r['temp_saving']:.1f}% |")
+        f"{fmt(p.get('madd_m'), '.2f', 'm')} | {r['xla_flops'] / 1e9:.4f} | "
+        f"{r['temp_bytes'] / MB:.2f} | {r['total_bytes'] / MB:.2f} | "
+        f"{fmt(p.get('memory_mb'), '.2f')} | {100 * r['memory_saving']:.2f}% | "
+        f"{100 * r['temp_saving']:.2f}% | {fmt(p.get('saving'), '.2f', '%')} | "
+        f"{1e3 * r['time_s']:.3f} | {fmt(p.get('time_ms'), '.2f')} | {r['speedup']:.2f}× | "
+        f"{fmt(p.get('speedup'), '.2f', '×')} |")
+  lines += ["", "One elementwise pass (x·2, read + write of the input) measured in the same "
+            "rounds, for the 'close to the hardware' goal:", "",
+            "| input | pass ms | " + " | ".join(
+                f"{LABELS[op]} / pass" for op in config.operators) + " |",
+            "|---|---|" + "---|" * len(config.operators)]
+  for size in dict.fromkeys(r["size"] for r in result["rows"]):
+    rs = [r for r in result["rows"] if r["size"] == size]
+    lines.append(f"| {size} | {1e3 * rs[0]['pass_time_s']:.4f} | " + " | ".join(
+        f"{r['time_over_pass']:.1f}×" for r in rs) + " |")
+  lines += _sweep_lines(config, result["sweep"], "operators")
+  if config.get("notes"):
+    lines += ["", "## Notes", "", config.notes]
   return "\n".join(lines) + "\n"
 
 
-def _plot(config, rows, path):
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for op in config.operators:
-    mine = [r for r in rows if r["operator"] == op]
-    sides = [r["side"] ** 2 for r in mine]
-    axes[0].loglog(sides, [1e3 * r["time_s"] for r in mine], "o-", label=LABELS[op])
-    axes[1].loglog(sides, [r["total_bytes"] / 1e6 for r in mine], "o-", label=LABELS[op])
-  for ax, ylabel in zip(axes, ("time (ms)", "XLA memory (MB)")):
-    ax.set_xlabel("positions H·W")
+def _sweep_lines(config, sweep, what) -> list:
+  if not sweep:
+    return []
+  ops_ = list(dict.fromkeys(p["operator"] for p in sweep))
+  lines = ["", f"## Sweep over the grid side ({what}; plot: [{config.table}.png]"
+           f"({config.table}.png))", "",
+           f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
+           f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
+           "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in ops_) + " |",
+           "|---|" + "---|---|" * len(ops_)]
+  for side in dict.fromkeys(p["side"] for p in sweep):
+    cells = []
+    for o in ops_:
+      p = next(p for p in sweep if p["side"] == side and p["operator"] == o)
+      t = "over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}"
+      cells.append(f"{t} | {p['total_bytes'] / MB:.1f}")
+    lines.append(f"| {side}² | " + " | ".join(cells) + " |")
+  return lines
+
+
+def plot_sweep(config, sweep, path, m):
+  if not sweep:
+    return
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  for op in dict.fromkeys(p["operator"] for p in sweep):
+    pts = [p for p in sweep if p["operator"] == op]
+    timed = [p for p in pts if p["time_s"] is not None]
+    line, = axes[0].loglog([p["positions"] for p in timed], [1e3 * p["time_s"] for p in timed],
+                           "o-", label=LABELS[op])
+    axes[1].loglog([p["positions"] for p in pts], [p["total_bytes"] / MB for p in pts], "o-",
+                   color=line.get_color(), label=LABELS[op])
+    over = [p for p in pts if p["time_s"] is None]
+    if over:
+      axes[1].loglog([p["positions"] for p in over], [p["total_bytes"] / MB for p in over], "x",
+                     color=line.get_color(), markersize=10)
+  axes[1].axhline(config.memory_budget_gib * GIB / MB, color="k", ls="--", lw=0.8,
+                  label=f"budget {config.memory_budget_gib} GiB")
+  for ax, ylabel in zip(axes, ("time (ms, median)", "XLA memory, temp+args+out (MB)")):
+    ax.set_xlabel("spatial positions H·W")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
-  axes[0].legend()
-  fig.suptitle(f"{config.title}\n{machine()}", fontsize=9)
+    ax.legend(fontsize=8)
+  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line(m)}", fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------
+# Modules (Ham Table 3).
+
+
+def _concrete(args, key=0):
+  """Replaces ShapeDtypeStructs in args by random arrays (state stays as is)."""
+  def fill(a):
+    if isinstance(a, jax.ShapeDtypeStruct):
+      return jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
+    return a
+  return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
+
+
+def run_modules(config) -> dict:
+  rows = []
+  side, channels = config.side, config.channels
+  programs, results = {}, {}
+  for name in config.modules:
+    model = build_module(name, channels, config)
+    r = dict(module=name, size=f"{config.batch}×{side}²×{channels}", params=params_of(model))
+    for program in ("infer", "train"):
+      model = build_module(name, channels, config)
+      fn, acct, compiled, args = module_program(model, program, config.batch, side, channels)
+      if program == "infer":
+        r["madd"] = madd_of(fn, *args) / config.batch
+      if name.startswith("ham") and config.ham_loop_corrected_flops:
+        acct["xla_flops_loop_corrected"] = ham_flops(name, channels, side, config, program)
+      else:
+        acct["xla_flops_loop_corrected"] = acct["xla_flops"]
+      r[program] = acct
+      programs[(name, program)] = (compiled, _concrete(args))
+    results[name] = r
+  for program in ("infer", "train"):
+    chosen = {k: v for k, v in programs.items() if k[1] == program}
+    times = time_side_by_side(chosen, config.repeats, config.min_sample_s)
+    for (name, _), t in times.items():
+      results[name][program]["time_s"] = t["time_s"]
+      results[name][program]["time_samples"] = t["samples"]
+  base = results[config.baseline]
+  for name in config.modules:
+    r = results[name]
+    for program in ("infer", "train"):
+      r[program]["speedup"] = base[program]["time_s"] / r[program]["time_s"]
+      r[program]["memory_saving"] = 1 - r[program]["total_bytes"] / base[program]["total_bytes"]
+    r["paper"] = config.paper.get(name)
+    rows.append(r)
+    print({k: v for k, v in r.items()}, flush=True)
+  sweep = run_module_sweep(config)
+  return {"rows": rows, "sweep": sweep}
+
+
+def run_module_sweep(config) -> list:
+  points = []
+  for side in config.sweep_sides:
+    programs, accts = {}, {}
+    for name in config.modules:
+      model = build_module(name, config.channels, config)
+      _, acct, compiled, args = module_program(model, "infer", config.batch, side,
+                                                config.channels)
+      accts[name] = acct
+      if acct["total_bytes"] <= config.memory_budget_gib * GIB:
+        programs[name] = (compiled, _concrete(args))
+    times = time_side_by_side(programs, config.sweep_repeats, config.min_sample_s)
+    for name in config.modules:
+      points.append(dict(side=side, positions=side * side, operator=name, **accts[name],
+                         time_s=times[name]["time_s"] if name in times else None,
+                         over_budget=name not in programs))
+    print(f"sweep {side}²: " + ", ".join(
+        f"{n} {1e3 * t['time_s']:.3f}ms" for n, t in times.items()), flush=True)
+  return points
+
+
+def modules_markdown(config, result, m) -> str:
+  fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
+  lines = [
+      f"# {config.title}", "",
+      f"Measured on {machine_line(m)}. Command: `python -m experiments.efficiency "
+      f"--config=configs/efficiency/{config.table}.py`.", "",
+      "Input 1×128×128×512 (the paper's 1×512×128×128, channels-last), float32. Params: every "
+      "trainable parameter. MACs: multiply-adds of the convolutions and matrix products of the "
+      "inference forward (the paper's torchprofile convention), solver loops counted K times. "
+      "XLA GFLOP: cost_analysis with the solver loop counted K times (XLA counts a loop body "
+      "once; see `_ham_flops`). Memory: XLA memory_analysis, temporaries + arguments + "
+      "outputs (arguments include the parameters and, in training, the input and the output "
+      "cotangent). Inference = evaluation mode forward; training = forward + backward (grads "
+      "w.r.t. parameters and input of <out, g>). Time: median of "
+      f"{config.repeats} interleaved samples after warm-up. The paper measured PyTorch on an "
+      "NVIDIA TITAN Xp ('GPU load', 'GPU time'), so compare ratios, not absolute values.", "",
+      "| module | params | paper params | MACs | paper MACs | XLA GFLOP (infer) | "
+      "temp MB infer / train | total MB infer / train | paper MB infer / train | "
+      "time ms infer / train | paper ms infer / train | speed-up vs SA infer / train | "
+      "paper speed-up infer / train | memory saved vs SA infer / train | paper saved |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  base_paper = config.paper.get(config.baseline)
+  for r in result["rows"]:
+    p = r["paper"]
+    i, t = r["infer"], r["train"]
+    if p:
+      pspeed = f"{base_paper[5] / p[5]:.1f}× / {base_paper[4] / p[4]:.1f}×"
+      psaved = f"{100 * (1 - p[3] / base_paper[3]):.1f}% / {100 * (1 - p[2] / base_paper[2]):.1f}%"
+      ppar, pmac = f"{p[0]:.2f}M", f"{p[1]:.1f}G"
+      pmem, ptime = f"{p[3]:.0f} / {p[2]:.0f}", f"{p[5]:.1f} / {p[4]:.1f}"
+    else:
+      pspeed = psaved = ppar = pmac = pmem = ptime = ""
+    lines.append(
+        f"| {LABELS[r['module']]} | {r['params'] / 1e6:.3f}M | {ppar} | {r['madd'] / 1e9:.1f}G | "
+        f"{pmac} | {i['xla_flops_loop_corrected'] / 1e9:.1f} | "
+        f"{i['temp_bytes'] / MB:.0f} / {t['temp_bytes'] / MB:.0f} | "
+        f"{i['total_bytes'] / MB:.0f} / {t['total_bytes'] / MB:.0f} | {pmem} | "
+        f"{1e3 * i['time_s']:.1f} / {1e3 * t['time_s']:.1f} | {ptime} | "
+        f"{i['speedup']:.1f}× / {t['speedup']:.1f}× | {pspeed} | "
+        f"{100 * i['memory_saving']:.1f}% / {100 * t['memory_saving']:.1f}% | {psaved} |")
+  del fmt
+  lines += _sweep_lines(config, result["sweep"], "inference")
+  if config.get("notes"):
+    lines += ["", "## Notes", "", config.notes]
+  return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point.
+
+
+_RUNNERS = {
+    "operators": lambda config, out_dir: run_operators(config),
+    "modules": lambda config, out_dir: run_modules(config),
+}
+_RENDERERS = {
+    "operators": lambda config, result, m: operators_markdown(config, result, m),
+    "modules": lambda config, result, m: modules_markdown(config, result, m),
+}
+
+
+def _table_module(kind):
+  # Imported lazily: they import this module's helpers from experiments.measure.
+  import importlib  # pylint: disable=g-import-not-at-top
+  name = {"gan": "efficiency_gan", "aa": "efficiency_aa", "goals": "bench_ops"}[kind]
+  return importlib.import_module(f"experiments.{name}")
+
+
+def main(argv):
+  """Measures the config's table (or, with --config.render_only, re-renders its saved JSON)."""
+  del argv
+  config = _CONFIG.value
+  out_dir = pathlib.Path(config.get("out_dir", "") or RESULTS)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  kind = config.kind
+  if kind not in ("operators", "modules", "gan", "aa", "goals"):
+    raise ValueError(f"config.kind must be operators|modules|gan|aa|goals, got {kind!r}")
+  if config.get("render_only", False):
+    result = json.loads((out_dir / f"{config.table}.json").read_text())
+    m = result["machine"]
+  else:
+    m = machine()
+    if kind in _RUNNERS:
+      result = _RUNNERS[kind](config, out_dir)
+    elif kind == "goals":
+      result = _table_module(kind).run(config, out_dir)
+    else:
+      result = _table_module(kind).run(config)
+    result["machine"] = m
+  result["config"] = config.to_dict()
+  if kind in _RENDERERS:
+    text = _RENDERERS[kind](config, result, m)
+  else:
+    text = _table_module(kind).markdown(config, result, machine_line(m))
+  (out_dir / f"{config.table}.json").write_text(json.dumps(result, indent=1, default=str))
+  (out_dir / f"{config.table}.md").write_text(text)
+  if result.get("sweep"):
+    plot_sweep(config, result["sweep"], out_dir / f"{config.table}.png", m)
+  print(text)
 
 
 if __name__ == "__main__":

@@ -2,32 +2,70 @@
 
   python -m experiments.efficiency --config=configs/efficiency/kao_table1.py
 
-The paper measured TensorFlow on a CPU; what must reproduce are the ratios
-against Attn: KAO_KV 3.5×, 10.1×, 31.1× and KAO_QKV 6.8×, 40.9×, 305.8× faster
-at 14², 28², 56². Runs in about a minute on a 2-core CPU.
+Reproduces: Kronecker Attention Networks, Table 1 (8×14²×8, 8×28²×8,
+8×56²×8, one head, the operator alone). The paper measured TensorFlow on a
+CPU; what must reproduce are the ratios against Attn: KAO_KV 3.5×, 10.1×,
+31.1× and KAO_QKV 6.8×, 40.9×, 305.8× faster, with 82.03/91.88/96.18% and
+95.06/98.85/99.73% memory saved. Also sweeps the grid side 8..128 (plot
+experiments/results/kao_table1.png) with Attn skipped where XLA memory
+passes `memory_budget_gib`.
+Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 """
 
 import ml_collections
 
+NOTES = """\
+- MAdd (dot products per example) matches within 3% at every size (Attn 0.61m vs 0.63m at 14²).
+- Memory: XLA's totals are ~half the paper's TensorFlow-profile figures; the savings agree to
+  0.1-0.5 points. KAO_QKV's total saving (99.67% at 56²) sits just under the paper's 99.73%:
+  the input and output (1.6 MB) bound it at 99.75%, and the library op's 0.46 MB of
+  temporaries (transposes and copies of the summaries) take the rest; the lean prototype of
+  experiments/bench_ops.py needs 0.06 MB, which would give 99.74% (performance_goals.md).
+- Time: at 8×14²×8 every operator is dispatch-bound (30-450 µs). Attn+Pool's speed-up jumps
+  at 28² (14×) because Attn's 8×784² float32 logits (19.7 MB) leave the cache while the pooled
+  ones (4.9 MB) stay; at 56² both are out of cache and the ratio (3.2×) approaches the 4× of
+  the logits count.
+"""
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
+  config.kind = "operators"
   config.table = "kao_table1"
-  config.title = "KAO Table 1: attention operators on 8 inputs of 8 channels (1 head)"
+  config.title = "KAO Table 1: attention operators on 8 inputs of 8 channels (1 head, Q = K = V)"
+  config.paper_source = "KAO paper Table 1 (TensorFlow profile, CPU)"
   config.batch = 8
   config.heads = 1
   config.sizes = ((14, 8), (28, 8), (56, 8))
   config.operators = ("attn", "attn_pool", "kao_kv", "kao_qkv")
-  config.repeats = 7
+  config.baseline = "attn"
+  config.repeats = 9
+  config.min_sample_s = 0.05
+  config.out_dir = ""
+  config.render_only = False  # True: re-render the md / png from the saved json, no measuring
+  # Paper: {operator: {side: (MAdd m, memory MB, time ms, memory saving %, speed-up)}}.
   config.paper = {
-      "attn": {"56": (157.55, 1262.6, 1541.1)},
-      "attn_pool": {"56": (39.39, 318.7, 396.9)},
-      "kao_kv": {"56": (5.62, 48.2, 49.6)},
-      "kao_qkv": {"56": (0.21, 3.4, 5.1)},
+      "attn": {"14": (0.63, 5.2, 5.8, 0.0, 1.0), "28": (9.88, 79.9, 72.4, 0.0, 1.0),
+               "56": (157.55, 1262.6, 1541.1, 0.0, 1.0)},
+      "attn_pool": {"14": (0.16, 1.5, 2.0, 71.65, 3.0), "28": (2.47, 20.7, 20.9, 74.13, 3.5),
+                    "56": (39.39, 318.7, 396.9, 74.76, 3.9)},
+      "kao_kv": {"14": (0.09, 0.9, 1.7, 82.03, 3.5), "28": (0.71, 6.5, 7.1, 91.88, 10.1),
+                 "56": (5.62, 48.2, 49.6, 96.18, 31.1)},
+      "kao_qkv": {"14": (0.01, 0.3, 0.8, 95.06, 6.8), "28": (0.05, 0.9, 1.7, 98.85, 40.9),
+                  "56": (0.21, 3.4, 5.1, 99.73, 305.8)},
   }
-  config.paper_speedup = {"kao_kv": {"14": 3.5, "28": 10.1, "56": 31.1},
-                          "kao_qkv": {"14": 6.8, "28": 40.9, "56": 305.8}}
+  config.sweep_sides = (8, 16, 32, 64, 128)
+  config.sweep_channels = 8
+  config.sweep_repeats = 5
+  config.memory_budget_gib = 4.0
+  config.sweep_note = "Batch 8, 8 channels, 1 head, Q = K = V."
+  config.notes = NOTES
   if preset == "tiny":
     config.sizes = ((6, 8), (8, 8))
     config.repeats = 1
+    config.min_sample_s = 0.0
+    config.sweep_sides = (4, 8)
+    config.sweep_repeats = 1
+    config.memory_budget_gib = 2e-5
+    config.sweep_note = "Tiny preset."
   return config

@@ -1,10 +1,16 @@
+"""The efficiency tables run end to end at tiny sizes and write their md / json (+ plots)."""
+
 import json
 
 import jax
+import jax.numpy as jnp
 import pytest
+from flax import nnx
 
-from configs.efficiency import kao_table1, sao_table2
-from experiments import efficiency
+from attention_lab import ops
+from configs.efficiency import (aa_table9, ham_table3, isa_tables, kao_table1,
+                                performance_goals, sao_table2)
+from experiments import bench_ops, efficiency, efficiency_modules
 
 
 @pytest.mark.parametrize("op", sorted(efficiency.OPERATORS))
@@ -18,13 +24,84 @@ def test_measure_counts_the_papers_madd(op):
   assert r["time_s"] > 0 and r["total_bytes"] >= r["temp_bytes"] >= 0
 
 
-@pytest.mark.parametrize("module", [sao_table2, kao_table1])
-def test_tiny_tables_write_results(module, monkeypatch, tmp_path):
+def _run(module, monkeypatch, tmp_path):
   config = module.get_config("tiny")
+  config.out_dir = str(tmp_path)
   monkeypatch.setattr(efficiency, "_CONFIG", type("Flag", (), {"value": config})())
-  monkeypatch.setattr(efficiency, "__file__", str(tmp_path / "efficiency.py"))
   efficiency.main([])
-  rows = json.loads((tmp_path / "results" / f"{config.table}.json").read_text())["rows"]
-  assert len(rows) == len(config.sizes) * len(config.operators)
-  assert (tmp_path / "results" / f"{config.table}.png").stat().st_size > 0
-  assert "speed-up" in (tmp_path / "results" / f"{config.table}.md").read_text()
+  data = json.loads((tmp_path / f"{config.table}.json").read_text())
+  text = (tmp_path / f"{config.table}.md").read_text()
+  assert data["machine"]["jax"] == jax.__version__
+  return config, data, text
+
+
+@pytest.mark.parametrize("module", [sao_table2, kao_table1])
+def test_operator_tables(module, monkeypatch, tmp_path):
+  config, data, text = _run(module, monkeypatch, tmp_path)
+  assert len(data["rows"]) == len(config.sizes) * len(config.operators)
+  assert all(r["time_s"] > 0 and r["pass_time_s"] > 0 for r in data["rows"])
+  assert (tmp_path / f"{config.table}.png").stat().st_size > 0
+  # The tiny budget puts regular attention over it at the largest sweep size: not run.
+  assert any(p["over_budget"] and p["time_s"] is None for p in data["sweep"])
+  assert "speed-up" in text and "paper" in text
+
+
+def test_ham_table(monkeypatch, tmp_path):
+  config, data, text = _run(ham_table3, monkeypatch, tmp_path)
+  rows = {r["module"]: r for r in data["rows"]}
+  assert set(rows) == set(config.modules)
+  for r in rows.values():
+    assert r["infer"]["time_s"] > 0 and r["train"]["time_s"] > 0
+    assert r["train"]["total_bytes"] > r["infer"]["total_bytes"] > 0
+  # SA's 4 C×C maps with biases; the Ham has 2 C×d convs (bias on the lower one) and a BN.
+  c = config.channels
+  assert rows["sa"]["params"] == 4 * (c * c + c)
+  assert rows["ham_nmf"]["params"] == 2 * c * config.ham_dim + config.ham_dim + 2 * c
+  assert "Ham (NMF)" in text
+
+
+def test_isa_tables(monkeypatch, tmp_path):
+  config, data, text = _run(isa_tables, monkeypatch, tmp_path)
+  rows = {r["variant"]: r for r in data["rows"]}
+  assert set(rows) == set(config.variants)
+  for r in rows.values():
+    assert r["forward"]["time_s"] > 0 and r["train"]["time_s"] > 0 and r["probes"]
+  # The refined block never forms the N×N map: less training memory than SAGAN.
+  assert rows["isagan"]["train"]["total_bytes"] < rows["sagan"]["train"]["total_bytes"]
+  assert "largest batch" in text
+
+
+def test_aa_table(monkeypatch, tmp_path):
+  config, data, text = _run(aa_table9, monkeypatch, tmp_path)
+  for r, stage in zip(data["rows"], config.stages):
+    hw = stage["attention_side"] ** 2
+    assert r["maps_bf16_bytes"] == config.heads * hw * hw * 2
+    assert r["aa_train"]["temp_bytes"] > 0
+  assert "training" in text and "inference" in text
+
+
+def test_performance_goals(monkeypatch, tmp_path):
+  config, data, text = _run(performance_goals, monkeypatch, tmp_path)
+  assert data["table_ratios"]["rows"][0]["missing"]  # no SAO/KAO results in tmp_path
+  assert set(data["hardware"]) == {"sao", "kao_qkv"}
+  assert data["ham_floor"]["restructured_max_abs_difference"] < 1e-4
+  assert data["relative"]["chunked_grads_finite"]
+  assert "met" in text
+
+
+def test_prototypes_match_the_library_ops():
+  q, k, v = (jax.random.normal(jax.random.key(i), (2, 5, 7, 3, 4)) for i in range(3))
+  flat = lambda t: t.reshape(2, 35, 3, 4)
+  w = jax.random.normal(jax.random.key(5), (3, 4))
+  assert jnp.allclose(bench_ops.siamese_attention_2d_gemm(flat(q), flat(k), flat(v), w),
+                      ops.siamese_attention(flat(q), flat(k), flat(v), w), atol=1e-5)
+  assert jnp.allclose(bench_ops.kronecker_attention_qkv_lean(q, k, v),
+                      ops.kronecker_attention_qkv(q, k, v), atol=1e-5)
+
+
+def test_double_attention_counts():
+  block = efficiency_modules.DoubleAttention(16, 8, 4, rngs=nnx.Rngs(0))
+  x = jnp.ones((1, 5, 6, 16))
+  assert block(x).shape == x.shape
+  # φ, θ, ρ: 16→8, 16→4, 16→4; out 8→16; all with bias.
+  assert efficiency.params_of(block) == (16 * 8 + 8) + 2 * (16 * 4 + 4) + (8 * 16 + 16)

@@ -1,0 +1,138 @@
+"""AA Table 9: memory of the attention maps per stage of AA-ResNet-50, per image.
+
+Run through `python -m experiments.efficiency --config=configs/efficiency/aa_table9.py`.
+
+Per stage: the paper's arithmetic Nh·(HW)² bfloat16 per attention layer
+(600 KB at 14×14 with Nh = 8, 37.5 KB at 7×7; training stores every layer's
+maps, 6 MB in all; inference only the largest, 600 KB), beside XLA's measured
+temporaries of our `layers.AugmentedConv` at that stage's size (batch 1,
+bfloat16 compute), in inference and in training (forward + backward), and
+beside the same 3×3 convolution without attention: the difference is what the
+attention branch costs. Our operator computes logits and softmax in float32
+(DESIGN.md), so its maps take Nh·(HW)²·4 bytes.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from experiments import measure
+
+KB = 1024
+
+
+def _layer(stage, config, attention: bool):
+  from attention_lab import layers  # pylint: disable=g-import-not-at-top
+  cin, cout, side, downsample = stage["channels"], stage["channels"], stage["side"], stage[
+      "downsample"]
+  rngs = nnx.Rngs(0)
+  if not attention:
+    return nnx.Conv(cin, cout, (3, 3), use_bias=False, dtype=jnp.bfloat16, rngs=rngs)
+  return layers.AugmentedConv(cin, cout, 3, kappa=config.kappa, upsilon=config.upsilon,
+                              heads=config.heads, positional="relative",
+                              downsample=downsample, spatial_shape=(side, side),
+                              dtype=jnp.bfloat16, rngs=rngs)
+
+
+def _programs(model, side, channels):
+  x = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
+  infer, state = measure.inference_fn(model)
+  _, infer_acct = measure.compile_fn(infer, state, x)
+  train, params, rest = measure.training_fn(model)
+  g = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
+  _, train_acct = measure.compile_fn(train, params, rest, x, g)
+  return infer_acct, train_acct, measure.madd_of(infer, state, x)
+
+
+def _operator_programs(side, heads, dk, dv):
+  """XLA temporaries of ops.relative_attention_2d alone (bfloat16 q, k, v), infer / train."""
+  from attention_lab import ops  # pylint: disable=g-import-not-at-top
+  bf = jnp.bfloat16
+  q = jax.ShapeDtypeStruct((1, side, side, heads, dk // heads), bf)
+  v = jax.ShapeDtypeStruct((1, side, side, heads, dv // heads), bf)
+  rel = jax.ShapeDtypeStruct((2 * side - 1, dk // heads), bf)
+  fwd = lambda q, k, v, rh, rw: ops.relative_attention_2d(q, k, v, rh, rw)
+  grad = jax.grad(lambda q, k, v, rh, rw: jnp.sum(fwd(q, k, v, rh, rw).astype(jnp.float32)),
+                  argnums=(0, 1, 2))
+  _, infer = measure.compile_fn(fwd, q, q, v, rel, rel)
+  _, train = measure.compile_fn(grad, q, q, v, rel, rel)
+  return infer, train
+
+
+def run(config) -> dict:
+  rows = []
+  for stage in config.stages:
+    stage = dict(stage)
+    aa = _layer(stage, config, True)
+    conv = _layer(stage, config, False)
+    aa_params = measure.params_of(aa)
+    conv_params = measure.params_of(conv)
+    aa_infer, aa_train, aa_madd = _programs(aa, stage["side"], stage["channels"])
+    conv_infer, conv_train, conv_madd = _programs(conv, stage["side"], stage["channels"])
+    hw = stage["attention_side"] ** 2
+    op_infer, op_train = _operator_programs(stage["attention_side"], config.heads, aa.dk, aa.dv)
+    row = dict(
+        stage=stage["name"], layers=stage["layers"], side=stage["side"],
+        attention_side=stage["attention_side"], heads=config.heads, dk=aa.dk, dv=aa.dv,
+        maps_bf16_bytes=config.heads * hw * hw * 2, maps_f32_bytes=config.heads * hw * hw * 4,
+        aa_params=aa_params, conv_params=conv_params,
+        attention_params=aa_params - (measure.params_of(aa.conv) if aa.conv else 0),
+        aa_madd=aa_madd, conv_madd=conv_madd,
+        op_infer=op_infer, op_train=op_train, aa_infer=aa_infer, aa_train=aa_train, conv_infer=conv_infer, conv_train=conv_train,
+        paper=dict(config.paper).get(stage["name"]))
+    rows.append(row)
+    print({k: v for k, v in row.items()}, flush=True)
+  return {"rows": rows}
+
+
+def markdown(config, result, machine_line: str) -> str:
+  rows = result["rows"]
+  lines = [
+      f"# {config.title}", "",
+      f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
+      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"AA-ResNet-50 attention layers (κ = {config.kappa}, υ = {config.upsilon}, Nh = "
+      f"{config.heads}, relative logits; stage 2 attends on a 3×3/2-pooled grid), batch 1, "
+      "bfloat16 compute. 'maps' = Nh·(HW)² per layer by arithmetic (paper: bfloat16; ours keeps "
+      "logits and softmax in float32, ×2). XLA temp = `memory_analysis().temp_size_in_bytes` "
+      "of one AugmentedConv layer, inference forward and training forward + backward, and of "
+      "the same 3×3 convolution without attention; 'attention Δ' = AA − conv.", "",
+      "| stage | layers | grid → attention grid | dk / dv | paper memory / layer | maps bf16 "
+      "(arithmetic) | maps f32 (ours) | XLA temp of the attention op alone, infer / train | "
+      "XLA temp infer AA / conv / Δ | XLA temp train AA / conv / Δ | attention params / layer "
+      "(paper) | AA layer MAdd / conv MAdd (paper FLOPS) |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    p = r["paper"] or ("", "", "")
+    ai, ci, at, ct = r["aa_infer"], r["conv_infer"], r["aa_train"], r["conv_train"]
+    lines.append(
+        f"| {r['stage']} | {r['layers']} | {r['side']}² → {r['attention_side']}² | "
+        f"{r['dk']} / {r['dv']} | {p[0]} | {r['maps_bf16_bytes'] / KB:.1f} KB | "
+        f"{r['maps_f32_bytes'] / KB:.1f} KB | {r['op_infer']['temp_bytes'] / KB:.0f} / "
+        f"{r['op_train']['temp_bytes'] / KB:.0f} KB | {ai['temp_bytes'] / KB:.0f} / "
+        f"{ci['temp_bytes'] / KB:.0f} / {(ai['temp_bytes'] - ci['temp_bytes']) / KB:.0f} KB | "
+        f"{at['temp_bytes'] / KB:.0f} / {ct['temp_bytes'] / KB:.0f} / "
+        f"{(at['temp_bytes'] - ct['temp_bytes']) / KB:.0f} KB | "
+        f"{r['attention_params'] / 1e3:.1f}k ({p[1]}) | {r['aa_madd'] / 1e6:.1f}M / "
+        f"{r['conv_madd'] / 1e6:.1f}M ({p[2]}) |")
+  train_maps = sum(r["layers"] * r["maps_bf16_bytes"] for r in rows)
+  infer_maps = max(r["maps_bf16_bytes"] for r in rows)
+  train_delta = sum(r["layers"] * (r["aa_train"]["temp_bytes"] - r["conv_train"]["temp_bytes"])
+                    for r in rows)
+  infer_delta = max(r["aa_infer"]["temp_bytes"] - r["conv_infer"]["temp_bytes"] for r in rows)
+  train_op = sum(r["layers"] * r["op_train"]["temp_bytes"] for r in rows)
+  infer_op = max(r["op_infer"]["temp_bytes"] for r in rows)
+  lines += [
+      "", "| total | maps bf16 (arithmetic) | paper | XLA temp of the attention op (sum over "
+      "layers / max) | XLA attention Δ temp of the layer |", "|---|---|---|---|---|",
+      f"| training (every layer's maps) | {train_maps / KB:.1f} KB = {train_maps / 2**20:.2f} "
+      f"MiB | {config.paper_totals[0]} | {train_op / 2**20:.2f} MiB | "
+      f"{train_delta / 2**20:.2f} MiB |",
+      f"| inference (largest layer) | {infer_maps / KB:.1f} KB | {config.paper_totals[1]} | "
+      f"{infer_op / KB:.0f} KB | {infer_delta / KB:.0f} KB |", "",
+      "Training sums the per-layer forward + backward temporaries (an upper bound on what a "
+      "network stores: it keeps each layer's softmax output for the backward pass, the rest is "
+      "freed in turn). The layer's Δ against a full 3×3 convolution can be negative: the AA "
+      "layer's convolution has only Fout − dv filters, and XLA:CPU's bfloat16 convolutions "
+      "materialise float32 copies of their kernels, which dominate the small-grid layers."]
+  return "\n".join(lines) + "\n"

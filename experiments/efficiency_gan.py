@@ -1,0 +1,192 @@
+"""Refined-SA Tables 2-3: SAGAN, ISAGAN and SGAN (64×64 generator + discriminator).
+
+Run through `python -m experiments.efficiency --config=configs/efficiency/isa_tables.py`.
+
+- Forward: evaluation-mode D(G(z)) for one batch, reported per batch and scaled
+  to the paper's unit (seconds per 30k images).
+- Backward: one training iteration — the discriminator's hinge loss on a real
+  and a generated batch, then the generator's loss, each differentiated w.r.t.
+  its network's parameters (no optimiser update) — per batch and scaled to the
+  paper's unit (seconds per 10 batches).
+- Largest batch: the training iteration is compiled (never run) at doubling
+  batch sizes; the largest whose XLA memory (temporaries + arguments + outputs)
+  stays within `memory_budget_gib` is reported — the paper's GTX 1080 Ti had
+  11 GB.
+Models: the registry's `sagan_generator` / `sagan_discriminator` when present
+(attention "sa" | "refined" | "none"), otherwise the stand-ins of
+experiments/efficiency_modules.py (SGAN: attention replaced by a 3×3 conv, as
+in the paper). The results say which was used.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from experiments import efficiency_modules
+from experiments import measure as efficiency
+
+MB = 1e6
+GIB = 2**30
+
+
+def build(config, variant: str, rngs_seed: int = 0):
+  """(generator, discriminator, source) for "sagan" | "isagan" | "sgan"."""
+  from attention_lab import models  # pylint: disable=g-import-not-at-top
+  names = set(models.names())
+  if {"sagan_generator", "sagan_discriminator"} <= names and config.use_registry:
+    attention = dict(config.registry_attention)[variant]
+    try:
+      g = models.create("sagan_generator", num_classes=0, rngs=nnx.Rngs(rngs_seed),
+                        attention=attention, **config.registry_overrides)
+      d = models.create("sagan_discriminator", num_classes=0, rngs=nnx.Rngs(rngs_seed + 1),
+                        attention=attention, **config.registry_overrides)
+      return g, d, f"registry (attention={attention!r})"
+    except (TypeError, ValueError) as e:  # the registry's signature differs: fall back.
+      print(f"registry sagan_* unusable here ({e}); using the stand-in", flush=True)
+  attention = {"sagan": "sa", "isagan": "refined", "sgan": "conv"}[variant]
+  g = efficiency_modules.SaganGenerator(attention, z_dim=config.z_dim, width=config.width,
+                                        rngs=nnx.Rngs(rngs_seed))
+  d = efficiency_modules.SaganDiscriminator(attention, width=config.width,
+                                            rngs=nnx.Rngs(rngs_seed + 1))
+  return g, d, f"stand-in experiments/efficiency_modules.py (attention={attention!r})"
+
+
+def forward_fn(g, d):
+  g.eval()
+  d.eval()
+  gdef, gstate = nnx.split(g)
+  ddef, dstate = nnx.split(d)
+
+  def forward(gstate, dstate, z):
+    return nnx.merge(ddef, dstate)(nnx.merge(gdef, gstate)(z))
+
+  return forward, (gstate, dstate)
+
+
+def train_fn(g, d):
+  g.train()
+  d.train()
+  gdef, gp, gr = nnx.split(g, nnx.Param, ...)
+  ddef, dp, dr = nnx.split(d, nnx.Param, ...)
+  rest = lambda m: nnx.state(m, nnx.Not(nnx.Param))
+
+  def step(gp, gr, dp, dr, z, real):
+    def d_loss(dp, dr, gr):
+      gen, disc = nnx.merge(gdef, gp, gr, copy=True), nnx.merge(ddef, dp, dr, copy=True)
+      fake = jax.lax.stop_gradient(gen(z))
+      loss = jnp.mean(jax.nn.relu(1 - disc(real))) + jnp.mean(jax.nn.relu(1 + disc(fake)))
+      return loss, (rest(gen), rest(disc))
+
+    (_, (gr, dr)), d_grads = jax.value_and_grad(d_loss, has_aux=True)(dp, dr, gr)
+
+    def g_loss(gp, gr, dr):
+      gen, disc = nnx.merge(gdef, gp, gr, copy=True), nnx.merge(ddef, dp, dr, copy=True)
+      return -jnp.mean(disc(gen(z))), (rest(gen), rest(disc))
+
+    (_, (gr, dr)), g_grads = jax.value_and_grad(g_loss, has_aux=True)(gp, gr, dr)
+    return g_grads, d_grads, gr, dr
+
+  return step, (gp, gr, dp, dr)
+
+
+def _inputs(config, batch, abstract=False):
+  shapes = ((batch, config.z_dim), (batch, config.image_size, config.image_size, 3))
+  if abstract:
+    return tuple(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes)
+  return (jax.random.normal(jax.random.key(0), shapes[0]),
+          jax.random.uniform(jax.random.key(1), shapes[1], minval=-1, maxval=1))
+
+
+def run(config) -> dict:
+  rows, programs = {}, {}
+  for variant in config.variants:
+    g, d, source = build(config, variant)
+    z, real = _inputs(config, config.batch)
+    fwd, fstate = forward_fn(g, d)
+    fwd_compiled, fwd_acct = efficiency.compile_fn(fwd, *fstate, z)
+    g, d, _ = build(config, variant)
+    step, tstate = train_fn(g, d)
+    step_compiled, step_acct = efficiency.compile_fn(step, *tstate, z, real)
+    programs[(variant, "forward")] = (fwd_compiled, (*fstate, z))
+    programs[(variant, "train")] = (step_compiled, (*tstate, z, real))
+    largest, probes = None, []
+    batch = config.batch
+    while batch <= config.max_batch:
+      if batch == config.batch:
+        acct = step_acct
+      else:
+        _, acct = efficiency.compile_fn(step, *tstate, *_inputs(config, batch, abstract=True))
+      fits = acct["total_bytes"] <= config.memory_budget_gib * GIB
+      probes.append({"batch": batch, "total_bytes": acct["total_bytes"],
+                     "temp_bytes": acct["temp_bytes"], "fits": fits})
+      print(f"{variant} batch {batch}: {acct['total_bytes'] / GIB:.2f} GiB", flush=True)
+      if not fits:
+        break
+      largest = batch
+      batch *= 2
+    rows[variant] = dict(
+        variant=variant, source=source, params_g=efficiency.params_of(g),
+        params_d=efficiency.params_of(d), forward=fwd_acct, train=step_acct,
+        largest_batch=largest, probes=probes,
+        madd_forward=efficiency.madd_of(fwd, *fstate, z) / config.batch,
+        paper=dict(config.paper).get(variant))
+  for program in ("forward", "train"):
+    chosen = {k: v for k, v in programs.items() if k[1] == program}
+    for (variant, _), t in efficiency.time_side_by_side(
+        chosen, config.repeats, config.min_sample_s).items():
+      rows[variant][program]["time_s"] = t["time_s"]
+      rows[variant][program]["time_samples"] = t["samples"]
+  base = rows[config.baseline]
+  for r in rows.values():
+    for program in ("forward", "train"):
+      r[program]["speedup"] = base[program]["time_s"] / r[program]["time_s"]
+    print(r, flush=True)
+  return {"rows": list(rows.values())}
+
+
+def markdown(config, result, machine_line: str) -> str:
+  b = config.batch
+  lines = [
+      f"# {config.title}", "",
+      f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
+      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"Batch {b}, 64×64 images, z of {config.z_dim}, width {config.width}, float32. Forward = "
+      "evaluation-mode D(G(z)); backward = one training iteration (D hinge loss on real + "
+      "fake, then G loss; gradients, no optimiser). Times are medians of "
+      f"{config.repeats} interleaved samples, scaled to the paper's units (forward: per 30k "
+      "images = t·30000/batch; backward: per 10 batches = 10·t). Memory: XLA memory_analysis "
+      "of the training iteration (temporaries + arguments + outputs). Largest batch: "
+      f"doubling from {b} while that memory ≤ {config.memory_budget_gib} GiB (the paper: "
+      "'ok'/'no' on one GTX 1080 Ti, 11 GB). Paper: Refined-SA Tables 2-3 (PyTorch, GPU).", "",
+      "| model | source | params G + D | MAdd / image (fwd) | forward s / 30k img | paper | "
+      "speed-up | paper speed-up | backward s / 10 batches | paper | speed-up | "
+      f"paper speed-up | train memory at {b} (MB) | largest batch ≤ budget | paper largest |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  base_paper = dict(config.paper)[config.baseline]
+  for r in result["rows"]:
+    p = r["paper"]
+    f, t = r["forward"], r["train"]
+    fwd30k = f["time_s"] * 30000 / b
+    bwd10 = 10 * t["time_s"]
+    largest = r["largest_batch"]
+    if largest is None:
+      largest_s = f"< {r['probes'][0]['batch']}"
+    else:
+      largest_s = f"≥ {largest}" if r["probes"][-1]["fits"] else str(largest)
+    lines.append(
+        f"| {efficiency.LABELS[r['variant']]} | {r['source']} | "
+        f"{(r['params_g'] + r['params_d']) / 1e6:.2f}M | {r['madd_forward'] / 1e9:.2f}G | "
+        f"{fwd30k:.2f} | {p[0]:.3f} | {f['speedup']:.2f}× | {base_paper[0] / p[0]:.2f}× | "
+        f"{bwd10:.2f} | {p[1]:.3f} | {t['speedup']:.2f}× | {base_paper[1] / p[1]:.2f}× | "
+        f"{t['total_bytes'] / MB:.0f} | {largest_s} | {p[2]} |")
+  lines += ["", "Training-iteration memory (XLA total, GiB) by batch:", "",
+            "| model | " + " | ".join(str(p["batch"]) for p in max(
+                (r["probes"] for r in result["rows"]), key=len)) + " |",
+            "|---|" + "---|" * max(len(r["probes"]) for r in result["rows"])]
+  for r in result["rows"]:
+    lines.append(f"| {efficiency.LABELS[r['variant']]} | " + " | ".join(
+        f"{p['total_bytes'] / GIB:.2f}{'' if p['fits'] else ' (over)'}" for p in r["probes"])
+        + " |")
+  if config.get("notes"):
+    lines += ["", "## Notes", "", config.notes]
+  return "\n".join(lines) + "\n"
