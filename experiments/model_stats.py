@@ -121,21 +121,28 @@ def count_madd(jaxpr) -> int:
   return total
 
 
-def forward_costs(model, input_shape) -> tuple[int, float]:
-  """(MAdd by the jaxpr count, XLA cost-analysis flops / 2) of one forward pass at batch 1."""
-  graphdef, state = nnx.split(model)
-  model_eval = nnx.merge(graphdef, state)
+def _eval_forward(model):
+  """(pure forward(state, x) in evaluation mode, its state)."""
+  model_eval = nnx.merge(*nnx.split(model))
   model_eval.eval()
   graphdef, state = nnx.split(model_eval)
+  return (lambda state, x: nnx.merge(graphdef, state)(x)), state
 
-  def forward(state, x):
-    return nnx.merge(graphdef, state)(x)
 
+def forward_madd(model, input_shape) -> int:
+  """MAdd of one forward pass at batch 1, from the traced jaxpr alone (no compilation)."""
+  forward, state = _eval_forward(model)
   x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-  madd = count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
+  return count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
+
+
+def forward_costs(model, input_shape) -> tuple[int, float]:
+  """(MAdd by the jaxpr count, XLA cost-analysis flops / 2) of one forward pass at batch 1."""
+  forward, state = _eval_forward(model)
+  x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
   cost = jax.jit(forward).lower(state, x).compile().cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return madd, cost.get("flops", float("nan")) / 2
+  return forward_madd(model, input_shape), cost.get("flops", float("nan")) / 2
 
 
 def _rel(ours, paper):
