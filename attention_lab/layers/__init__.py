@@ -6,6 +6,7 @@ from attention_lab.layers.excite import GatherExcite, SqueezeExcite
 from attention_lab.layers.global_attention import GlobalAttention
 from attention_lab.layers.hamburger import Hamburger
 from attention_lab.layers.mobile import MobileBlock
+from attention_lab.layers.non_local import NonLocal
 
 __all__ = ["AugmentedConv", "ConvBN", "GatherExcite", "GlobalAttention", "Hamburger",
-           "MobileBlock", "SqueezeExcite"]
+           "MobileBlock", "NonLocal", "SqueezeExcite"]

@@ -1,7 +1,8 @@
-"""GlobalAttention: projections and heads around any global-context operator of attention_lab.ops."""
+"""GlobalAttention: projections, heads and coefficient batch norm around the ops operators."""
 
 import math
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -10,6 +11,67 @@ from attention_lab import ops
 OPERATORS = ("softmax", "softmax_pool", "mean", "siamese", "kronecker_kv", "kronecker_qkv",
              "relative")
 PROJECTIONS = ("v", "qkv")
+COEFFICIENTS = ("scale", "batch_norm")
+# Operators whose output is linear in the coefficients; the others take a softmax of them.
+LINEAR_OPERATORS = ("mean", "siamese")
+
+
+def dot_moments(q, k):
+  """Per-head mean and variance of c_ij = q_i·k_j over (batch, i, j), without the (Nq, Nk) matrix.
+
+  With per-example means q̄, k̄ and centred covariances C_q = (1/Nq) Σ_i
+  (q_i − q̄)(q_i − q̄)ᵀ, C_k likewise, the mean over (i, j) is q̄·k̄ and the
+  variance over (i, j) is ⟨C_q, C_k⟩_F + k̄ᵀC_q k̄ + q̄ᵀC_k q̄ (the cross terms
+  vanish because centred tokens average to zero). The variance over the
+  batch adds the variance of q̄·k̄ across examples. Every term is a
+  non-negative sum, so there is no E[c²] − E[c]² cancellation. Time
+  O(B·H·(Nq+Nk)·D²), float32.
+
+  Args:
+    q: (B, Nq, H, D); k: (B, Nk, H, D).
+
+  Returns:
+    (mean, var), each (H,).
+  """
+  q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+  q_mean, k_mean = jnp.mean(q, axis=1), jnp.mean(k, axis=1)  # (B, H, D)
+  qc, kc = q - q_mean[:, None], k - k_mean[:, None]
+  cov_q = jnp.einsum("bnhd,bnhe->bhde", qc, qc) / q.shape[1]
+  cov_k = jnp.einsum("bnhd,bnhe->bhde", kc, kc) / k.shape[1]
+  within = (jnp.sum(cov_q * cov_k, axis=(-2, -1))
+            + jnp.einsum("bhd,bhde,bhe->bh", k_mean, cov_q, k_mean)
+            + jnp.einsum("bhd,bhde,bhe->bh", q_mean, cov_k, q_mean))
+  example_mean = jnp.sum(q_mean * k_mean, axis=-1)  # (B, H)
+  return jnp.mean(example_mean, axis=0), jnp.mean(within, axis=0) + jnp.var(example_mean, axis=0)
+
+
+def sum_moments(a, b=None):
+  """Per-head mean and variance of c_ij = a_i + b_j over (batch, i, j), in O(B·H·(Nq+Nk)).
+
+  Per example the mean is ā + b̄ and the variance var_i(a) + var_j(b) (a_i and
+  b_j vary independently over the (i, j) grid); the variance over the batch
+  adds the variance of ā + b̄ across examples. This equals the SAO form
+  E[c] = E_b[ā + b̄], E[c²] = E_b[mean a² + mean b² + 2·ā·b̄], arranged to
+  avoid cancellation. b=None: c_ij = a_i.
+
+  Args:
+    a: (B, Nq, H); b: (B, Nk, H) or None.
+
+  Returns:
+    (mean, var), each (H,).
+  """
+  a = a.astype(jnp.float32)
+  example_mean, within = jnp.mean(a, axis=1), jnp.var(a, axis=1)
+  if b is not None:
+    b = b.astype(jnp.float32)
+    example_mean, within = example_mean + jnp.mean(b, axis=1), within + jnp.var(b, axis=1)
+  return jnp.mean(example_mean, axis=0), jnp.mean(within, axis=0) + jnp.var(example_mean, axis=0)
+
+
+def _summary(x):
+  """Kronecker summary of multi-head (B, *S, H, D) → (B, ΣS, H, D) (KAO Eq. 1)."""
+  merged = x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])
+  return ops.kronecker_summary(merged).reshape(x.shape[0], -1, *x.shape[-2:])
 
 
 class GlobalAttention(nnx.Module):
@@ -25,6 +87,36 @@ class GlobalAttention(nnx.Module):
   AA paper; needs `spatial_shape` for its (2L−1, D/heads) tables, initialised
   N(0, (D/heads)^−1/2) and shared by the heads).
 
+  Coefficients. `"scale"`: each operator's own normalisation (1/N for mean and
+  siamese, softmax of D^−1/2-scaled logits otherwise). `"batch_norm"`: batch
+  normalisation of the coefficient matrix E, as the SAO appendix ("batch
+  normalization to replace the scaling by 1/N in SAOs") and the KAO appendix
+  ("batch normalization on the coefficient matrices in KAOs") do, with one
+  γ (init 1), β (init 0) and running mean/variance per head, statistics over
+  (batch, i, j) in training and running averages in evaluation (`eval()`).
+  E (Nq×Nk) is never formed:
+  - "siamese" (SAO Eq. 5-6): E_ij = a_i + b_j with a = qᵀw, b = kᵀw, so
+    Σ_j v_j·BN(E_ij) = (γ/σ)·N·siamese_attention + (β − γμ/σ)·Σ_j v_j, with μ
+    and σ² from the moments of a and b in O(N) (`sum_moments`); with
+    global_term=False, E_ij = a_i.
+  - "mean": E = q·kᵀ; the same identity with the 1/N operator at scale 1, μ
+    and σ² from the covariances of q and k in O(N·D²) (`dot_moments`).
+  - softmax operators: BN is applied to the logits E = q·kᵀ (no D^−1/2) before
+    the softmax; with per-head scalars μ and β cancel, so this is the softmax
+    of (γ/σ)·E, computed by scaling q per head and calling the operator with
+    scale 1. σ² is that of the logit matrix the operator forms: q against the
+    2×2-pooled keys ("softmax_pool"), the grid against the Kronecker summaries
+    of k ("kronecker_kv") or the summaries of q against those of k
+    ("kronecker_qkv"). We use `dot_moments` for all of them, the KAO summary
+    matrices included: one exact code path, O((Nq+Nk)·D²), which is below the
+    O(Nq·Nk·D) of forming the matrix whenever D ≤ Nq·Nk/(Nq+Nk) (e.g. KANet's
+    28² KAO_QKV: (56+56)·8² against 56²·8 per head). Softmax operators hold no β
+    and no running mean (they cancel).
+  Choices the papers leave open: per-head (not per-layer) statistics; BN
+  replaces the softmax's D^−1/2 as well as SAO's 1/N; statistics are not
+  stop-gradient'ed in training (as flax BatchNorm); "relative" is not
+  supported (its logits include the relative terms).
+
   Args:
     in_features: C.
     operator: one of OPERATORS.
@@ -37,19 +129,27 @@ class GlobalAttention(nnx.Module):
     use_bias: biases in the linear maps.
     siamese_w: "learned" or "ones" (w fixed to ones, SAO Table 8 ablation).
     global_term: SAO's global response term (False: SAO Table 6 ablation).
-    dtype: compute dtype (parameters stay float32).
+    coefficients: "scale" or "batch_norm" (see above).
+    bn_momentum, bn_epsilon: running-average momentum and variance floor of
+      the coefficient batch norm (flax BatchNorm conventions).
+    dtype: compute dtype (parameters stay float32; statistics float32).
   """
 
   def __init__(self, in_features: int, operator: str, *, num_heads: int = 1,
                project: str = "v", key_features: int | None = None,
                value_features: int | None = None, out_features: int | None = None,
                spatial_shape: tuple[int, ...] | None = None, use_bias: bool = True,
-               siamese_w: str = "learned", global_term: bool = True, dtype=None,
-               rngs: nnx.Rngs):
+               siamese_w: str = "learned", global_term: bool = True,
+               coefficients: str = "scale", bn_momentum: float = 0.99, bn_epsilon: float = 1e-5,
+               dtype=None, rngs: nnx.Rngs):
     if operator not in OPERATORS:
       raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")
     if project not in PROJECTIONS:
       raise ValueError(f"project must be one of {PROJECTIONS}, got {project!r}")
+    if coefficients not in COEFFICIENTS:
+      raise ValueError(f"coefficients must be one of {COEFFICIENTS}, got {coefficients!r}")
+    if coefficients == "batch_norm" and operator == "relative":
+      raise ValueError("coefficients must be 'scale' for operator='relative', got 'batch_norm'")
     key_features = key_features or in_features
     value_features = value_features or in_features
     if project == "v" and key_features != in_features:
@@ -62,7 +162,7 @@ class GlobalAttention(nnx.Module):
     if siamese_w not in ("learned", "ones"):
       raise ValueError(f"siamese_w must be 'learned' or 'ones', got {siamese_w!r}")
     self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
-    self.global_term = global_term
+    self.global_term, self.coefficients = global_term, coefficients
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.query = dense(in_features, key_features) if project == "qkv" else None
     self.key = dense(in_features, key_features) if project == "qkv" else None
@@ -80,9 +180,35 @@ class GlobalAttention(nnx.Module):
       init = nnx.initializers.normal(head_dim**-0.5)
       self.rel_h = nnx.Param(init(rngs.params(), (2 * spatial_shape[0] - 1, head_dim)))
       self.rel_w = nnx.Param(init(rngs.params(), (2 * spatial_shape[1] - 1, head_dim)))
+    if coefficients == "batch_norm":
+      self.bn_momentum, self.bn_epsilon = bn_momentum, bn_epsilon
+      self.use_running_average = False
+      self.coef_scale = nnx.Param(jnp.ones((num_heads,)))
+      self.coef_var = nnx.BatchStat(jnp.ones((num_heads,)))
+      if operator in LINEAR_OPERATORS:
+        self.coef_bias = nnx.Param(jnp.zeros((num_heads,)))
+        self.coef_mean = nnx.BatchStat(jnp.zeros((num_heads,)))
 
   def _heads(self, x):
     return x.reshape(*x.shape[:-1], self.num_heads, x.shape[-1] // self.num_heads)
+
+  def _normalizer(self, moments):
+    """(γ/σ, μ) per head: from `moments()` (batch, updating the running averages) or running."""
+    linear = self.operator in LINEAR_OPERATORS
+    if self.use_running_average:
+      mean, var = (self.coef_mean[...] if linear else None), self.coef_var[...]
+    else:
+      mean, var = moments()
+      m = self.bn_momentum
+      self.coef_var[...] = m * self.coef_var[...] + (1 - m) * jax.lax.stop_gradient(var)
+      if linear:
+        self.coef_mean[...] = m * self.coef_mean[...] + (1 - m) * jax.lax.stop_gradient(mean)
+    return self.coef_scale[...] * jax.lax.rsqrt(var + self.bn_epsilon), mean
+
+  def _softmax_gain(self, queries, keys):
+    """Per-head γ/σ to fold into q for BN before a softmax, shaped to broadcast on (..., H, D)."""
+    gain, _ = self._normalizer(lambda: dot_moments(queries, keys))
+    return gain[:, None]
 
   def __call__(self, x):
     if x.ndim < 3:
@@ -93,18 +219,39 @@ class GlobalAttention(nnx.Module):
     k = self._heads(self.key(x) if self.key else x)
     v = self._heads(self.value(x))
     grid, flat = x.shape[:-1], lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
-    op = self.operator
-    if op in ("softmax", "mean"):
-      out = ops.dot_product_attention(flat(q), flat(k), flat(v), normalization=op)
+    op, norm = self.operator, self.coefficients == "batch_norm"
+    scale = 1.0 if norm else None
+    if op == "softmax":
+      if norm:
+        q = q * self._softmax_gain(flat(q), flat(k)).astype(q.dtype)
+      out = ops.dot_product_attention(flat(q), flat(k), flat(v), scale=scale)
     elif op == "softmax_pool":
-      out = ops.dot_product_attention(flat(q), *ops.pool_keys_values(k, v))
-    elif op == "siamese":
-      out = ops.siamese_attention(flat(q), flat(k), flat(v), self.w[...].astype(q.dtype),
-                                  global_term=self.global_term)
-    elif op == "kronecker_kv":
-      out = ops.kronecker_attention_kv(q, k, v)
-    elif op == "kronecker_qkv":
-      out = ops.kronecker_attention_qkv(q, k, v)
+      k_pool, v_pool = ops.pool_keys_values(k, v)
+      if norm:
+        q = q * self._softmax_gain(flat(q), k_pool).astype(q.dtype)
+      out = ops.dot_product_attention(flat(q), k_pool, v_pool, scale=scale)
+    elif op in ("kronecker_kv", "kronecker_qkv"):
+      if norm:
+        queries = flat(q) if op == "kronecker_kv" else _summary(q)
+        q = q * self._softmax_gain(queries, _summary(k)).astype(q.dtype)
+      attend = ops.kronecker_attention_kv if op == "kronecker_kv" else ops.kronecker_attention_qkv
+      out = attend(q, k, v, scale=scale)
+    elif op in LINEAR_OPERATORS:
+      q, k, v = flat(q), flat(k), flat(v)
+      if op == "mean":
+        out = ops.dot_product_attention(q, k, v, scale=scale, normalization="mean")
+        moments = lambda: dot_moments(q, k)
+      else:
+        w = self.w[...].astype(q.dtype)
+        out = ops.siamese_attention(q, k, v, w, global_term=self.global_term)
+        moments = lambda: sum_moments(
+            jnp.einsum("bnhd,hd->bnh", q, w),
+            jnp.einsum("bnhd,hd->bnh", k, w) if self.global_term else None)
+      if norm:
+        gain, mean = self._normalizer(moments)
+        shift = self.coef_bias[...] - gain * mean
+        v_sum = jnp.sum(v, axis=1, dtype=jnp.float32)  # (B, H, Dv)
+        out = (out * (k.shape[1] * gain)[:, None] + shift[:, None] * v_sum[:, None]).astype(v.dtype)
     else:
       if x.ndim != 4:
         raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got {x.shape}")

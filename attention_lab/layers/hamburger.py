@@ -7,53 +7,109 @@ from flax import nnx
 from attention_lab import ops
 
 HAMS = ("nmf", "vq", "cd")
+INITS = ("random", "fixed", "learned", "online")
+
+
+class HamBases(nnx.Variable):
+  """Non-trainable dictionary of the "fixed" and "online" initialisations, (S, d/S, R)."""
 
 
 class Hamburger(nnx.Module):
   """out = ReLU(x + BN(W_u · ham(ReLU?(W_l x + b_l)))), ham a low-rank reconstruction.
 
   Lower bread: 1×1 conv with bias to `dim` channels (+ReLU for NMF, which needs
-  non-negative input). Ham: the H·W tokens of each image are decomposed by NMF
-  (Alg. 2), soft VQ (Alg. 1) or soft CD (Alg. 3) with `rank` bases and
-  reconstructed as codes @ basesᵀ. Upper bread: 1×1 conv without bias, batch
-  norm, then ReLU of the residual sum. Bases are drawn fresh on every training
-  call from the module's "bases" RNG stream (NMF: uniform, VQ/CD: normal; the
-  reference's "random" initialisation, the best in Ham Table 8); in evaluation
-  (`model.eval()`, deterministic=True) they come from a fixed key and
-  `eval_steps` are run, so the same input always gives the same output (the
-  reference code is random at evaluation). One decomposition per image
-  (groups S = 1). Cost: O(steps·H·W·dim·rank) for the ham plus two 1×1 convs.
+  non-negative input). Ham: the d channels are split into `groups` S
+  contiguous groups of d/S, and the H·W tokens of each (image, group) are
+  decomposed separately, tokens (B·S, H·W, d/S), by NMF (Alg. 2), soft VQ
+  (Alg. 1) or soft CD (Alg. 3) with `rank` bases each and reconstructed as
+  codes @ basesᵀ (the reference code's MD_S, which the paper does not
+  discuss; S = 1 by default, its setting). Upper bread: 1×1 conv without bias,
+  batch norm, then ReLU of the residual sum. Cost: O(steps·H·W·dim·rank) for
+  the ham plus two 1×1 convs.
+
+  Initialisation of the dictionary (Ham Table 8; NMF: uniform, VQ/CD: normal,
+  columns L2-normalised over d/S, as the reference):
+  - "random" (default, the best in Table 8): fresh bases on every training
+    call from the module's "bases" RNG stream; in evaluation they come from a
+    fixed key, so evaluation is deterministic (the reference is random there).
+  - "fixed": drawn once at construction and kept as a non-trainable
+    `HamBases` variable, the same for every image.
+  - "learned": an (S, d/S, R) parameter trained by backprop. Table 8 learns it
+    through the solver with BPTT, so `gradient` defaults to "bptt" here (the
+    one-step gradient of Eq. 13 never reaches the initial bases, and is
+    refused). NMF uses |D| so that its bases stay non-negative (our choice).
+  - "online" (warm start with online update): a `HamBases` variable, updated
+    after each training call by the reference's rule D ← normalise(D + η·(D̄ −
+    D)) with D̄ the batch mean of the solver's output bases, η =
+    `online_momentum` (the reference's ETA 0.9), columns L2-normalised. The
+    reference runs this update at evaluation (`not self.training`), which
+    makes evaluation depend on the batches seen; we run it in training only,
+    so evaluation is deterministic.
+  Training runs `train_steps` solver steps, evaluation (`model.eval()`)
+  `eval_steps`.
 
   Args:
     in_features: C.
     ham: "nmf", "vq" or "cd".
-    dim: d, the token dimension of the decomposition.
-    rank: r, the number of bases.
+    dim: d, the token dimension of the decomposition (before the group split).
+    rank: r, the number of bases per group.
+    groups: S; must divide dim.
+    init: one of INITS (see above).
     train_steps / eval_steps: K in training / evaluation.
-    gradient: "one_step" (Ham Eq. 13) or "bptt".
+    gradient: "one_step" (Ham Eq. 13) or "bptt"; default "bptt" for
+      init="learned", else "one_step".
     temperature: T of VQ/CD (the reference's inverse temperature is 100).
     beta: ridge weight of CD.
+    online_momentum: η of the "online" update.
     dtype: compute dtype of the convolutions (the ham itself runs in float32).
   """
 
   def __init__(self, in_features: int, *, ham: str = "nmf", dim: int = 512, rank: int = 64,
-               train_steps: int = 6, eval_steps: int = 7, gradient: str = "one_step",
-               temperature: float = 0.01, beta: float = 0.1, dtype=None, rngs: nnx.Rngs):
+               groups: int = 1, init: str = "random", train_steps: int = 6,
+               eval_steps: int = 7, gradient: str | None = None, temperature: float = 0.01,
+               beta: float = 0.1, online_momentum: float = 0.9, dtype=None, rngs: nnx.Rngs):
     if ham not in HAMS:
       raise ValueError(f"ham must be one of {HAMS}, got {ham!r}")
-    self.ham, self.rank, self.gradient = ham, rank, gradient
-    self.train_steps, self.eval_steps = train_steps, eval_steps
-    self.temperature, self.beta = temperature, beta
+    if init not in INITS:
+      raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if not isinstance(groups, int) or groups < 1 or dim % groups:
+      raise ValueError(f"groups must be a positive integer dividing dim ({dim}), got {groups!r}")
+    if gradient is None:
+      gradient = "bptt" if init == "learned" else "one_step"
+    if init == "learned" and gradient != "bptt":
+      raise ValueError(
+          "gradient must be 'bptt' for init='learned' (the one-step gradient does not reach "
+          f"the initial bases), got {gradient!r}")
+    if not 0 < online_momentum <= 1:
+      raise ValueError(f"online_momentum must be in (0, 1], got {online_momentum!r}")
+    self.ham, self.rank, self.groups, self.init = ham, rank, groups, init
+    self.gradient, self.train_steps, self.eval_steps = gradient, train_steps, eval_steps
+    self.temperature, self.beta, self.online_momentum = temperature, beta, online_momentum
     self.deterministic = False
     self.lower = nnx.Conv(in_features, dim, (1, 1), use_bias=True, dtype=dtype, rngs=rngs)
     self.upper = nnx.Conv(dim, in_features, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
     self.norm = nnx.BatchNorm(in_features, dtype=dtype, rngs=rngs)
-    self.rngs = nnx.Rngs(bases=rngs.params())
+    self.distribution = "uniform" if ham == "nmf" else "normal"
+    if init == "random":
+      self.rngs = nnx.Rngs(bases=rngs.params())
+    else:
+      bases = ops.random_bases(rngs.params(), groups, dim // groups, rank,
+                               distribution=self.distribution)
+      self.bases = nnx.Param(bases) if init == "learned" else HamBases(bases)
 
-  def _decompose(self, tokens, key, steps):
-    batch, _, dim = tokens.shape
-    distribution = "uniform" if self.ham == "nmf" else "normal"
-    bases = ops.random_bases(key, batch, dim, self.rank, distribution=distribution)
+  def _initial_bases(self, batch, dim):
+    """(B·S, d/S, R) initial bases, example-major like the tokens."""
+    if self.init == "random":
+      key = jax.random.key(0) if self.deterministic else self.rngs.bases()
+      return ops.random_bases(key, batch * self.groups, dim, self.rank,
+                              distribution=self.distribution)
+    bases = self.bases[...]
+    if self.init == "learned" and self.ham == "nmf":
+      bases = jnp.abs(bases)
+    return jnp.broadcast_to(bases, (batch, *bases.shape)).reshape(-1, *bases.shape[1:])
+
+  def _decompose(self, tokens, bases, steps):
+    """(bases, reconstruction codes @ basesᵀ) of tokens (B', N, d') from initial bases."""
     if self.ham == "nmf":
       bases, codes = ops.nmf(tokens, bases, steps=steps, gradient=self.gradient)
     elif self.ham == "vq":
@@ -62,7 +118,7 @@ class Hamburger(nnx.Module):
     else:
       bases, codes = ops.soft_cd(tokens, bases, steps=steps, temperature=self.temperature,
                                  beta=self.beta, gradient=self.gradient)
-    return codes @ jnp.swapaxes(bases, 1, 2)
+    return bases, codes @ jnp.swapaxes(bases, 1, 2)
 
   def __call__(self, x):
     if x.ndim != 4:
@@ -70,10 +126,17 @@ class Hamburger(nnx.Module):
     y = self.lower(x)
     if self.ham == "nmf":
       y = jax.nn.relu(y)
-    if self.deterministic:
-      key, steps = jax.random.key(0), self.eval_steps
-    else:
-      key, steps = self.rngs.bases(), self.train_steps
     b, h, w, d = y.shape
-    y = self._decompose(y.reshape(b, h * w, d), key, steps).reshape(b, h, w, d)
+    s = self.groups
+    # (B, H, W, S·d') -> (B·S, H·W, d'): group g holds channels [g·d', (g+1)·d').
+    tokens = jnp.swapaxes(y.reshape(b, h * w, s, d // s), 1, 2).reshape(b * s, h * w, d // s)
+    steps = self.eval_steps if self.deterministic else self.train_steps
+    bases, recon = self._decompose(tokens, self._initial_bases(b, d // s), steps)
+    if self.init == "online" and not self.deterministic:
+      solved = jax.lax.stop_gradient(jnp.mean(bases.reshape(b, s, *bases.shape[1:]), axis=0))
+      old = self.bases[...]
+      new = old + self.online_momentum * (solved.astype(old.dtype) - old)
+      self.bases[...] = new * jax.lax.rsqrt(
+          jnp.maximum(jnp.sum(jnp.square(new), axis=1, keepdims=True), 1e-12))
+    y = jnp.swapaxes(recon.reshape(b, s, h * w, d // s), 1, 2).reshape(b, h, w, d)
     return jax.nn.relu(x + self.norm(self.upper(y)))

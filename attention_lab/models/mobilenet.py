@@ -11,10 +11,12 @@ projects only V.
 Parameter convention of the papers (checked against SAO Table 8: SANet
 3,449,408, w fixed to ones 3,448,448 — both exact): conv and FC kernels plus
 the SAO w, without biases or batch-norm parameters; see
-`experiments.model_stats`. Deviation, documented: the papers replace the 1/N
-of SAO/KAO by batch norm on the coefficients; our operators keep their
-native normalisation (1/N for SAO, softmax for KAO/attention), since the
-(N, N) coefficients are never formed.
+`experiments.model_stats`. The SAO and KAO modules (SANet, KANet and their
+ablations) batch-normalise the coefficient matrices instead of scaling them,
+as the SAO and KAO appendices do (GlobalAttention coefficients="batch_norm",
+momentum 0.9 like the other batch norms here; the (N, N) matrix is never
+formed); their γ/β are batch-norm parameters and do not count. The AttnNet
+baselines keep their operators' own normalisation (softmax, 1/N).
 """
 
 import jax.numpy as jnp
@@ -43,7 +45,7 @@ class MobileNet(nnx.Module):
     base: "concat" (BaseSkipModule / the SAO paper's BaseModule) or "standard"
       (MobileNetV2's inverted residual) for the non-attention blocks.
     attention_skip: skip around the attention path (SANet: yes; KANet AttnSkip: yes).
-    attention_kwargs: passed to GlobalAttention (siamese_w, global_term).
+    attention_kwargs: passed to GlobalAttention (siamese_w, global_term, coefficients).
     width: channel multiplier (tests use small widths). image_size: input side.
     in_channels: 3 for RGB (1 for the digits CPU presets).
     dropout: rate after pooling (0.2 = keep 0.8, SAO/KAO appendices).
@@ -86,20 +88,23 @@ class MobileNet(nnx.Module):
     return self.head(x).astype(jnp.float32)
 
 
+# Coefficient batch norm of the SAO and KAO modules (SAO and KAO appendices).
+_BN = {"coefficients": "batch_norm", "bn_momentum": 0.9}
+
 _VARIANTS = {
     "mobilenet_v2": dict(attention=None, base="standard"),
-    "sanet": dict(attention="siamese"),
+    "sanet": dict(attention="siamese", attention_kwargs=_BN),
     "sanet_no_sao": dict(attention=None),
-    "sanet_no_global": dict(attention="siamese", attention_kwargs={"global_term": False}),
-    "sanet_ones_w": dict(attention="siamese", attention_kwargs={"siamese_w": "ones"}),
-    "mobilenet_v2_sao": dict(attention="siamese", base="standard"),
+    "sanet_no_global": dict(attention="siamese", attention_kwargs={**_BN, "global_term": False}),
+    "sanet_ones_w": dict(attention="siamese", attention_kwargs={**_BN, "siamese_w": "ones"}),
+    "mobilenet_v2_sao": dict(attention="siamese", base="standard", attention_kwargs=_BN),
     "senet": dict(attention="se"),
     "attnnet": dict(attention="softmax"),
     "attnnet_pool": dict(attention="softmax_pool"),
     "attnnet_mean": dict(attention="mean"),
-    "kanet_kv": dict(attention="kronecker_kv"),
-    "kanet_qkv": dict(attention="kronecker_qkv"),
-    "mobilenet_v2_kao": dict(attention="kronecker_kv", base="standard"),
+    "kanet_kv": dict(attention="kronecker_kv", attention_kwargs=_BN),
+    "kanet_qkv": dict(attention="kronecker_qkv", attention_kwargs=_BN),
+    "mobilenet_v2_kao": dict(attention="kronecker_kv", base="standard", attention_kwargs=_BN),
     "kanet_no_kao": dict(attention=None, base="standard"),
 }
 

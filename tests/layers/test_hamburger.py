@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_lab.layers import Hamburger
+from attention_lab import ops
+from attention_lab.layers.hamburger import INITS, Hamburger
 
 
 @pytest.mark.parametrize("ham", ["nmf", "vq", "cd"])
@@ -14,7 +15,7 @@ def test_shapes_gradients_and_non_negative_output(ham):
                     temperature=0.1, rngs=nnx.Rngs(0))
   y = layer(x)
   assert y.shape == x.shape and np.all(np.asarray(y) >= 0)  # ReLU(x + ·)
-  grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2))(layer)
+  grads = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x) ** 2)))(layer)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
 
@@ -30,6 +31,87 @@ def test_training_draws_new_bases_and_evaluation_is_deterministic():
   np.testing.assert_allclose(jitted(layer, x), first, rtol=1e-4, atol=1e-5)  # XLA fusion rounding
 
 
-def test_bad_ham():
-  with pytest.raises(ValueError, match="ham must be one of"):
-    Hamburger(8, ham="svd", rngs=nnx.Rngs(0))
+def _group_loop(layer, x, steps):
+  """S independent NMF problems on the channel slices, from the layer's (S, d', R) bases.
+
+  Returns the (B, H, W, d) reconstruction and the batch-mean solved bases (S, d', R).
+  """
+  y = jax.nn.relu(layer.lower(x))
+  b, h, w, d = y.shape
+  width = d // layer.groups
+  recon, solved = [], []
+  for g in range(layer.groups):
+    tokens = y[..., g * width:(g + 1) * width].reshape(b, h * w, width)
+    start = jnp.broadcast_to(layer.bases[...][g], (b, width, layer.rank))
+    bases, codes = ops.nmf(tokens, start, steps=steps)
+    recon.append((codes @ jnp.swapaxes(bases, 1, 2)).reshape(b, h, w, width))
+    solved.append(jnp.mean(bases, axis=0))
+  return jnp.concatenate(recon, axis=-1), jnp.stack(solved)
+
+
+def test_groups_are_independent_decompositions_of_channel_slices():
+  x = jax.random.normal(jax.random.key(1), (2, 4, 5, 6))
+  layer = Hamburger(6, dim=12, rank=3, groups=3, init="fixed", eval_steps=3, rngs=nnx.Rngs(0))
+  assert layer.bases.shape == (3, 4, 3)
+  layer.eval()
+  recon, _ = _group_loop(layer, x, steps=3)
+  expected = jax.nn.relu(x + layer.norm(layer.upper(recon)))
+  np.testing.assert_allclose(layer(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("init", INITS)
+def test_every_initialisation_trains_and_evaluates_deterministically(init):
+  x = jax.random.normal(jax.random.key(2), (2, 4, 5, 8))
+  layer = Hamburger(8, dim=8, rank=2, groups=2, init=init, train_steps=2,
+                    eval_steps=3, rngs=nnx.Rngs(0))
+  y = layer(x)
+  assert y.shape == x.shape and np.all(np.isfinite(y))
+  layer.eval()
+  first = layer(x)
+  np.testing.assert_array_equal(first, layer(x))
+
+
+def test_fixed_bases_are_drawn_once():
+  x = jax.random.normal(jax.random.key(3), (2, 4, 5, 8))
+  layer = Hamburger(8, dim=8, rank=2, init="fixed", train_steps=2, rngs=nnx.Rngs(0))
+  bases = np.asarray(layer.bases[...])
+  np.testing.assert_array_equal(layer(x), layer(x))  # same bases, so same output in training
+  np.testing.assert_array_equal(layer.bases[...], bases)
+  assert not nnx.state(layer, nnx.Param).get("bases")
+  other = Hamburger(8, dim=8, rank=2, init="fixed", rngs=nnx.Rngs(1))
+  assert not np.allclose(other.bases[...], bases)
+
+
+def test_learned_bases_are_parameters_with_gradient():
+  x = jax.random.normal(jax.random.key(4), (2, 4, 5, 8))
+  layer = Hamburger(8, dim=8, rank=2, init="learned", train_steps=2, rngs=nnx.Rngs(0))
+  assert layer.gradient == "bptt" and isinstance(layer.bases, nnx.Param)
+  grads = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x) ** 2)))(layer)
+  assert np.all(np.isfinite(grads.bases[...])) and np.any(np.abs(grads.bases[...]) > 0)
+
+
+def test_online_bases_follow_the_moving_average_in_training_only():
+  x = jax.random.normal(jax.random.key(5), (2, 4, 5, 6))
+  layer = Hamburger(6, dim=6, rank=2, groups=2, init="online", train_steps=2, eval_steps=3,
+                    online_momentum=0.9, rngs=nnx.Rngs(0))
+  old = layer.bases[...]
+  _, solved = _group_loop(layer, x, steps=2)
+  layer(x)
+  new = old + 0.9 * (solved - old)
+  new = new / jnp.linalg.norm(new, axis=1, keepdims=True)
+  np.testing.assert_allclose(layer.bases[...], new, rtol=1e-5, atol=1e-6)
+  layer.eval()
+  trained = np.asarray(layer.bases[...])
+  layer(x)
+  np.testing.assert_array_equal(layer.bases[...], trained)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(ham="svd"), "ham must be one of"),
+    (dict(init="zeros"), "init must be one of"),
+    (dict(dim=8, groups=3), "groups must be a positive integer dividing dim"),
+    (dict(init="learned", gradient="one_step"), "gradient must be 'bptt'"),
+])
+def test_bad_arguments(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    Hamburger(8, rngs=nnx.Rngs(0), **kwargs)
