@@ -4,17 +4,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_lab import models
 from attention_lab.models.mobilenet import _VARIANTS
 from experiments import model_stats
+from tests.models.tiny import create_tiny, train_step
 
 
 @pytest.mark.parametrize("name", sorted(_VARIANTS))
 def test_builds_and_trains_at_tiny_width(name):
-  model = models.create(name, num_classes=5, rngs=nnx.Rngs(0), width=0.25, image_size=32)
+  model = create_tiny(name, num_classes=5, width=0.25, image_size=32)
   x = jax.random.normal(jax.random.key(0), (2, 32, 32, 3))
-  step = nnx.jit(lambda m, x: (m(x), nnx.grad(lambda m: jnp.mean(m(x) ** 2))(m)))
-  logits, grads = step(model, x)
+  logits, grads = train_step(model, x)
   assert logits.shape == (2, 5) and logits.dtype == jnp.float32
   leaves = jax.tree.leaves(grads)
   assert leaves and all(np.all(np.isfinite(g)) for g in leaves)

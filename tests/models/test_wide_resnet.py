@@ -1,22 +1,19 @@
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
-from attention_lab import models
 from experiments import model_stats
+from tests.models.tiny import create_tiny, train_step
 
 NAMES = ["wide_resnet28_10", "aa_wide_resnet28_10", "se_wide_resnet28_10", "ge_wide_resnet28_10"]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_builds_and_trains_at_tiny_width(name):
-  model = models.create(name, num_classes=7, rngs=nnx.Rngs(0), depth=10, width=0.1,
-                        heads=2, min_key_dims=4, image_size=12)
+  model = create_tiny(name, num_classes=7, depth=10, width=0.1, heads=2, min_key_dims=4,
+                      image_size=12)
   x = jax.random.normal(jax.random.key(0), (2, 12, 12, 3))
-  step = nnx.jit(lambda m, x: (m(x), nnx.grad(lambda m: jnp.mean(m(x) ** 2))(m)))
-  logits, grads = step(model, x)
+  logits, grads = train_step(model, x)
   assert logits.shape == (2, 7)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
