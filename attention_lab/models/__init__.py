@@ -5,4 +5,5 @@ from attention_lab.models.registry import create, names, register
 __all__ = ["create", "names", "register"]
 
 # Importing a model module registers its names.
-from attention_lab.models import attention_cnn, mobilenet, wide_resnet  # noqa: E402,F401
+from attention_lab.models import (  # noqa: E402,F401
+    attention_cnn, mnasnet, mobilenet, unet, wide_resnet)

@@ -42,3 +42,24 @@ def create_tiny(name: str, *, num_classes: int, seed: int = 0, **overrides) -> n
 def train_step(model, x):
   """(outputs, gradients of mean(outputs²)) in one jit-compiled call."""
   return nnx.jit(lambda m, x: (m(x), nnx.grad(lambda m: jnp.mean(m(x) ** 2))(m)))(model, x)
+
+
+def train_and_eval(model, x, x_other):
+  """One compiled call: training-mode outputs and gradients of mean(out²), and the
+  evaluation-mode outputs of a copy of the model for the batches x and x_other (one trace,
+  lax.map)."""
+  graphdef, state = nnx.split(model)
+  evaluated = nnx.merge(graphdef, state)
+  evaluated.eval()
+  eval_graphdef, eval_state = nnx.split(evaluated)
+
+  @jax.jit
+  def run(state, eval_state, batches):
+    def loss(m):
+      out = m(batches[0])
+      return jnp.mean(out**2), out
+    (_, out), grads = nnx.value_and_grad(loss, has_aux=True)(nnx.merge(graphdef, state))
+    outs = jax.lax.map(lambda b: nnx.merge(eval_graphdef, eval_state)(b), batches)
+    return out, grads, outs
+
+  return run(state, eval_state, jnp.stack([x, x_other]))
