@@ -1,0 +1,105 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_lab.layers import AugmentedConv
+from attention_lab.models.resnet import ResNetBackbone  # registers the names
+from experiments import model_stats
+from tests.models.tiny import create_tiny, train_step
+
+TINY = dict(width=0.0625, image_size=(24, 40), heads=2, min_key_dims=4)
+
+
+@pytest.mark.parametrize("name,overrides", [("aa_resnet34", dict(depth=10)),
+                                            ("aa_resnet50", dict(depth=14, excite=True))])
+def test_builds_and_trains_at_tiny_width(name, overrides):
+  """Every block kind (basic, bottleneck; plain, augmented, SE) at one block per stage, to
+  keep compilation short; the full depths are traced by the count tests."""
+  model = create_tiny(name, num_classes=7, **overrides, **TINY)
+  x = jax.random.normal(jax.random.key(0), (2, 24, 40, 3))
+  logits, grads = train_step(model, x)
+  assert logits.shape == (2, 7) and logits.dtype == jnp.float32
+  leaves = jax.tree.leaves(grads)
+  assert leaves and all(np.all(np.isfinite(g)) for g in leaves)
+  assert all(np.any(g != 0) for g in jax.tree.leaves(grads["backbone"]["stem"]))
+
+
+@pytest.mark.parametrize("depth,output_stride,dilations", [
+    (26, 32, (1, 1, 1)), (26, 16, (1, 1, 2)), (26, 8, (1, 2, 4)), (18, 8, (1, 2, 4))])
+def test_output_stride_dilates_the_last_stages(depth, output_stride, dilations):
+  backbone = nnx.eval_shape(lambda: ResNetBackbone(
+      depth=depth, width=0.0625, output_stride=output_stride, rngs=nnx.Rngs(0)))
+  graphdef, state = nnx.split(backbone)
+  out = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,
+                       jax.ShapeDtypeStruct((1, 33, 45, 3), jnp.float32))
+  size = lambda n: -(-n // output_stride)
+  assert out.shape == (1, size(33), size(45), backbone.out_features)
+  convs = [(b.conv1, b.conv2) if depth == 18 else (b.conv,) for b in backbone.blocks]
+  got = [{c.kernel_dilation for c in block} for block in convs]
+  for stage in (1, 2, 3):  # two blocks per stage
+    assert got[2 * stage:2 * stage + 2] == [{dilations[stage - 1]}] * 2
+
+
+def test_bfloat16_compute_gives_float32_logits():
+  model = model_stats.build_abstract("aa_resnet34", 7, depth=10, dtype=jnp.bfloat16, **TINY)
+  graphdef, state = nnx.split(model)
+  logits = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,
+                          jax.ShapeDtypeStruct((2, 24, 40, 3), jnp.float32))
+  assert logits.shape == (2, 7) and logits.dtype == jnp.float32
+  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(state))
+
+
+def test_bad_arguments_raise():
+  build = lambda name, **kw: model_stats.build_abstract(name, 10, **kw)
+  with pytest.raises(ValueError, match="output_stride"):
+    build("resnet50", output_stride=4)
+  with pytest.raises(ValueError, match="output_stride"):
+    build("aa_resnet50", output_stride=8)
+  with pytest.raises(ValueError, match="depth"):
+    ResNetBackbone(depth=20, rngs=nnx.Rngs(0))
+
+
+def _conv_madd(jaxpr) -> int:
+  """MAdd of the convolutions alone (model_stats.count_madd without the dot products)."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "conv_general_dilated":
+      rhs, spec = eqn.invars[1].aval.shape, eqn.params["dimension_numbers"].rhs_spec
+      total += (math.prod(eqn.outvars[0].aval.shape) * rhs[spec[1]]
+                * math.prod(rhs[d] for d in spec[2:]))
+    for sub in model_stats._sub_jaxprs(eqn):
+      total += _conv_madd(sub)
+  return total
+
+
+def _attention_madd(layer: AugmentedConv) -> int:
+  """N²·(dk + dv) content logits and weighted values, N·(2h−1 + 2w−1)·dk relative logits."""
+  h, w = ((t.shape[0] + 1) // 2 for t in (layer.rel_h, layer.rel_w))
+  n = h * w
+  return n * n * (layer.dk + layer.dv) + n * (2 * h - 1 + 2 * w - 1) * layer.dk
+
+
+# AA Tables 2-3 (paper GFlops = 2 × MAdd). Parameters: all trainable ones, the ResNet
+# convention (resnet50: 25,557,032).
+@pytest.mark.parametrize("name,params,gflops", [
+    ("resnet50", 25.6e6, 8.2), ("se_resnet50", 28.1e6, 8.2), ("aa_resnet50", 25.8e6, 8.3)])
+def test_aa_tables_counts(name, params, gflops):
+  model = model_stats.build_abstract(name, 1000)
+  total, _ = model_stats.count_params(model)
+  assert abs(total - params) / params < 0.01
+  madd, paper = model_stats.forward_madd(model, (224, 224, 3)), gflops / 2 * 1e9
+  if name == "aa_resnet50":
+    # The paper's GFlops are the convolutions and the classifier; the rest of our count is the
+    # attention matmuls (88.5m) and the bilinear upsampling after the pooled stage-2 attention.
+    forward, state = model_stats._eval_forward(model)
+    jaxpr = jax.make_jaxpr(forward)(state, jax.ShapeDtypeStruct((1, 224, 224, 3), jnp.float32))
+    convs = _conv_madd(jaxpr.jaxpr) + 2048 * 1000
+    attention = sum(_attention_madd(b.conv) for b in model.backbone.blocks
+                    if isinstance(b.conv, AugmentedConv))
+    assert abs(madd - convs - attention) / attention < 0.03
+    madd = convs
+  assert abs(madd - paper) / paper < 0.03

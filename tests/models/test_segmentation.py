@@ -1,0 +1,59 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_lab.models.segmentation import HEADS  # registers the names
+from experiments import model_stats
+from tests.models.tiny import create_tiny, train_step
+
+# One bottleneck per stage and tiny widths keep compilation short; 33×45 is odd and non-square.
+TINY = dict(depth=14, width=0.0625)
+SHAPE = (2, 33, 45, 3)
+
+
+@pytest.mark.parametrize("name,overrides", [
+    ("deeplab_v2", dict(head="kronecker_qkv", heads=2)), ("hamnet", dict(rank=4))])
+def test_trains_on_odd_non_square_inputs(name, overrides):
+  """Compiled for the attention head with the most structure; every head is traced below."""
+  model = create_tiny(name, num_classes=5, **TINY, **overrides)
+  logits, grads = train_step(model, jax.random.normal(jax.random.key(0), SHAPE))
+  assert logits.shape == (*SHAPE[:3], 5) and logits.dtype == jnp.float32
+  leaves = jax.tree.leaves(grads)
+  assert leaves and all(np.all(np.isfinite(g)) for g in leaves)
+  assert all(np.any(g != 0) for g in jax.tree.leaves(grads["backbone"]["stem"]))
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_every_deeplab_head_traces_forward_and_backward(head):
+  model = model_stats.build_abstract("deeplab_v2", 5, head=head, heads=2, **TINY)
+  graphdef, state = nnx.split(model)
+
+  def loss(state, x):
+    logits = nnx.merge(graphdef, state)(x)
+    return jnp.mean(logits ** 2), logits
+
+  _, logits = jax.eval_shape(jax.grad(loss, has_aux=True), state,
+                             jax.ShapeDtypeStruct(SHAPE, jnp.float32))
+  assert logits.shape == (*SHAPE[:3], 5) and logits.dtype == jnp.float32
+
+
+def test_heads_follow_the_papers():
+  aspp = model_stats.build_abstract("deeplab_v2", 21, **TINY)
+  assert aspp.backbone.output_stride == 8
+  assert [c.kernel_dilation for c in aspp.classifiers] == [6, 12, 18, 24]
+  assert all(c.kernel_size == (3, 3) and c.use_bias for c in aspp.classifiers)
+  attention = model_stats.build_abstract("deeplab_v2", 21, head="attention", width=1.0, depth=14)
+  assert attention.attention.operator == "softmax"
+  assert attention.attention.query is not None and attention.attention.key is not None
+  assert attention.classifiers[0].in_features == 2048 + 512
+  ham = model_stats.build_abstract("hamnet", 21, width=1.0, depth=14)
+  assert ham.backbone.output_stride == 8 and ham.hamburger.ham == "nmf"
+  assert ham.hamburger.lower.in_features == 512 and ham.hamburger.lower.out_features == 512
+  assert ham.hamburger.rank == 64 and ham.squeeze.conv.kernel_size == (3, 3)
+
+
+def test_bad_head_raises():
+  with pytest.raises(ValueError, match="head"):
+    model_stats.build_abstract("deeplab_v2", 5, head="psp", **TINY)
