@@ -7,6 +7,8 @@ from attention_lab.layers.global_attention import GlobalAttention
 from attention_lab.layers.hamburger import Hamburger
 from attention_lab.layers.mobile import MobileBlock
 from attention_lab.layers.non_local import NonLocal
+from attention_lab.layers.self_attention import SelfAttention, SpectralNorm
 
 __all__ = ["AugmentedConv", "ConvBN", "GatherExcite", "GlobalAttention", "Hamburger",
-           "MobileBlock", "NonLocal", "SqueezeExcite"]
+           "MobileBlock", "NonLocal", "SelfAttention", "SpectralNorm",
+           "SqueezeExcite"]

@@ -10,25 +10,26 @@ SAGAN = self-attention blocks with an N×N softmax map; ISAGAN = the refined
 (linear) block out = z(yᵀφ)/N; SGAN = the attention blocks replaced by
 convolutions. Time ratios against SAGAN must reproduce; the largest batch is
 found by XLA memory analysis of one training iteration against an 11 GiB
-budget (compiled, never run). Uses the registry's sagan_generator /
-sagan_discriminator when they exist, else experiments/efficiency_modules.py.
-Hardware/runtime: about 4 minutes on a 2-core CPU. `:tiny` runs in seconds.
+budget (compiled, never run). Models: the registry's unconditional
+sagan_generator / sagan_discriminator (residual SAGAN, spectral norm, the
+context module at 32×32; attention "sa" | "refined" | "conv") at width 16,
+which matches the cost of the heykeetae SAGAN the paper ran (G + D 0.62 vs
+0.64 GMAdd per image, 64 channels at the 32² attention).
+Hardware/runtime: about 13 minutes on a 2-core CPU. `:tiny` (no spectral
+norm) takes ~15 s.
 """
 
 import ml_collections
 
 NOTES = """\
-- Largest batch: in an 11 GiB budget SAGAN trains at 512 and ISAGAN / SGAN at 2048 by XLA's
-  accounting; the paper's 11 GB GTX 1080 Ti ran SAGAN at 256 (not 512) and ISAGAN / SGAN at
-  1024 (its largest test). The ratio — the refined block fits 4× the batch of the N×N one —
-  is the paper's; the absolute sizes differ by PyTorch's allocator and cuDNN workspaces.
-- Forward: ISAGAN 1.8× and SGAN 2.1× faster than SAGAN (paper 1.41×, 1.91×). Backward: 1.16×
-  and 1.18× (paper 1.97×, 2.51×): on this CPU a training iteration (~4-5 s per batch of 64)
-  is dominated by the (transposed) convolutions' gradients, which all three share; the N×N
-  attention at 32² (1024² logits per image) is a smaller share than on the paper's GPU.
-- The models are the stand-ins of experiments/efficiency_modules.py (the registry has no
-  sagan_generator / sagan_discriminator yet); with them registered, the same command uses
-  them (`config.use_registry`).
+- Largest batch: in an 11 GiB budget SAGAN trains at 128 and ISAGAN / SGAN at 512 by XLA's
+  accounting; the paper's 11 GB GTX 1080 Ti ran SAGAN at 256 and ISAGAN / SGAN at 1024 (its
+  largest test). The ratio — the refined block fits 4× the batch of the N×N one — is the
+  paper's; the absolute sizes differ with the architecture (residual SAGAN with spectral norm
+  here, the heykeetae DCGAN-style SAGAN there) and PyTorch's allocator.
+- Forward: ISAGAN 1.65× and SGAN 1.78× faster than SAGAN (paper 1.41×, 1.91×). Backward: 2.36×
+  and 2.31× (paper 1.97×, 2.51×). Measured on a shared 2-core CPU (load 3-8), so the absolute
+  times are ~700× the paper's GPU; only the ratios compare.
 """
 
 
@@ -42,17 +43,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.batch = 64
   config.image_size = 64
   config.z_dim = 128
-  config.width = 64
+  config.width = 16  # the paper's model's cost; SAGAN's ImageNet width is 64
   config.max_batch = 4096
   config.memory_budget_gib = 11.0
   config.repeats = 5
   config.min_sample_s = 0.0
   config.out_dir = ""
   config.render_only = False  # True: re-render the md / png from the saved json, no measuring
-  config.use_registry = True
+  config.spectral_norm = True  # SAGAN's; the tiny preset drops it to compile faster
   config.notes = NOTES
-  config.registry_attention = (("sagan", "sa"), ("isagan", "refined"), ("sgan", "none"))
-  config.registry_overrides = {"image_size": 64}
   # Paper: (forward s per 30k images, backward s per 10 batches, largest batch 'ok').
   config.paper = (("sagan", (1.077, 5.992, "256")), ("isagan", (0.762, 3.049, "≥ 1024")),
                   ("sgan", (0.564, 2.390, "≥ 1024")))
@@ -64,4 +63,5 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.variants = ("sagan", "isagan")
     config.memory_budget_gib = 0.01
     config.repeats = 1
+    config.spectral_norm = False
   return config

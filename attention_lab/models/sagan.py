@@ -1,0 +1,249 @@
+"""SAGAN generator and discriminator (Zhang et al. 2019) with a swappable global-context module.
+
+The residual layout of SAGAN's official code for 128×128 ImageNet, itself
+SNGAN-projection's (Miyato & Koyama 2018):
+- G: z (latent_dim = 128) → linear → 4×4×16w, up-blocks to 16w, 8w, 4w, 2w, w
+  channels at 8², 16², 32², 64², 128² (BN-ReLU-up×2-conv3×3-BN-ReLU-conv3×3,
+  shortcut up×2-conv1×1; nearest up-sampling), then BN-ReLU-conv3×3 to RGB, tanh.
+- D: optimised block to w at 64², down-blocks to 2w, 4w, 8w, 16w at 32²…4², one
+  more 16w block at 4² (ReLU-conv3×3-ReLU-conv3×3-avgpool, shortcut
+  conv1×1-avgpool), ReLU, sum over positions, linear → 1 logit.
+At 64×64 (which SAGAN does not define) both follow BigGAN's 64×64 arch: G
+without its last up-block (16w, 8w, 4w, 2w), D with down-blocks w, 2w, 4w, 8w
+and a last 16w block at 4² without down-sampling.
+
+Every linear map and convolution is spectral-normalised (SAGAN Sec. 4.1;
+`spectral_norm=False` drops it); convolutions and linears have biases and
+xavier-uniform kernels, as in the official code. The context module sits
+after the block whose output is 32×32 in both G and D (SAGAN Table 1's best
+place, feat32; the Ham paper's HamGAN puts Hamburger there too):
+- "sa": SAGAN self-attention (f, g: C/8, h: C, γ = 0 at init; see
+  layers.SelfAttention for how it differs from the official code);
+- "refined": the refined linear self-attention, o = z(yᵀφ)/N (ISAGAN of the
+  Refined-SA paper);
+- "hamburger": Hamburger with NMF, d = C, r = d/8, K = 6 in training and
+  evaluation (Ham paper App. on HamGAN); its breads are not spectral-normalised;
+- "conv": a 3×3 convolution C→C (SGAN, the Refined-SA paper's baseline that
+  "replaces SA modules by convolution layers");
+- "none": nothing.
+The Refined-SA paper itself used the heykeetae DCGAN-style SAGAN (attention at
+16² and 32² in G, 8² and 4² in D); its Tables 2-3 are measured here on this
+layout instead (experiments/efficiency_gan.py).
+
+`num_classes`: ≥ 2 makes both class-conditional as in SAGAN on ImageNet — G's
+batch norms take per-class scales and offsets (conditional BN, ones/zeros at
+init) and D adds the projection ⟨embed(y), h⟩ (spectral-normalised embedding)
+to its logit; both then need `labels` (B,) ints. 0 or 1: unconditional, plain
+batch norm, no projection, `labels` must be None. D always returns one
+real/fake logit per image, (B,) float32; G returns (B, R, R, 3) float32 in
+[-1, 1].
+"""
+
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_lab.layers.hamburger import Hamburger
+from attention_lab.layers.self_attention import SelfAttention, maybe_spectral_norm, xavier
+from attention_lab.models.registry import register
+
+ATTENTIONS = ("none", "sa", "refined", "hamburger", "conv")
+# Output channels (× width) of G's up-blocks, from 4×4 at 16·width; each doubles the side.
+G_BLOCKS = {128: (16, 8, 4, 2, 1), 64: (16, 8, 4, 2)}
+# Output channels (× width) of D's blocks and whether each halves the side; the first is the
+# optimised block.
+D_BLOCKS = {128: ((1, True), (2, True), (4, True), (8, True), (16, True), (16, False)),
+            64: ((1, True), (2, True), (4, True), (8, True), (16, False))}
+CONTEXT_SIDE = 32
+
+
+def _check(attention, resolution, width, num_classes):
+  if attention not in ATTENTIONS:
+    raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+  if resolution not in G_BLOCKS:
+    raise ValueError(f"resolution must be one of {tuple(sorted(G_BLOCKS))}, got {resolution!r}")
+  if width < 1:
+    raise ValueError(f"width must be >= 1, got {width}")
+  if num_classes < 0:
+    raise ValueError(f"num_classes must be >= 0, got {num_classes}")
+
+
+def _check_labels(labels, num_classes, batch):
+  if num_classes < 2:
+    if labels is not None:
+      raise ValueError("labels must be None for an unconditional model (num_classes 0 or 1)")
+  elif labels is None or labels.shape != (batch,):
+    raise ValueError(f"labels must be class ids of shape ({batch},) when num_classes >= 2, got "
+                     f"{None if labels is None else labels.shape}")
+
+
+def _conv(cin, cout, kernel, spectral_norm, dtype, rngs):
+  conv = nnx.Conv(cin, cout, (kernel, kernel), kernel_init=xavier, dtype=dtype, rngs=rngs)
+  return maybe_spectral_norm(conv, spectral_norm, rngs)
+
+
+def _up(x):
+  return jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
+
+
+def _down(x):
+  b, h, w, c = x.shape
+  return x.reshape(b, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4))
+
+
+def context_module(attention, channels, *, spectral_norm, dtype, rngs):
+  """The module `attention` names at `channels` channels (None for "none")."""
+  if attention in ("sa", "refined"):
+    return SelfAttention(channels, variant=attention, spectral_norm=spectral_norm, dtype=dtype,
+                         rngs=rngs)
+  if attention == "hamburger":
+    return Hamburger(channels, ham="nmf", dim=channels, rank=max(1, channels // 8),
+                     train_steps=6, eval_steps=6, dtype=dtype, rngs=rngs)
+  if attention == "conv":
+    return _conv(channels, channels, 3, spectral_norm, dtype, rngs)
+  return None
+
+
+class ClassBatchNorm(nnx.Module):
+  """Batch norm; with num_classes ≥ 2 its scale and offset are looked up per class."""
+
+  def __init__(self, features, num_classes, *, dtype, rngs):
+    self.conditional = num_classes >= 2
+    self.norm = nnx.BatchNorm(features, epsilon=1e-5, use_scale=not self.conditional,
+                              use_bias=not self.conditional, dtype=dtype, rngs=rngs)
+    if self.conditional:
+      self.scale = nnx.Param(jnp.ones((num_classes, features), jnp.float32))
+      self.bias = nnx.Param(jnp.zeros((num_classes, features), jnp.float32))
+
+  def __call__(self, x, labels):
+    x = self.norm(x)
+    if not self.conditional:
+      return x
+    scale, bias = (p[...][labels][:, None, None, :] for p in (self.scale, self.bias))
+    return (x * scale + bias).astype(x.dtype)
+
+
+class UpBlock(nnx.Module):
+  def __init__(self, cin, cout, num_classes, *, spectral_norm, dtype, rngs):
+    self.norm1 = ClassBatchNorm(cin, num_classes, dtype=dtype, rngs=rngs)
+    self.conv1 = _conv(cin, cout, 3, spectral_norm, dtype, rngs)
+    self.norm2 = ClassBatchNorm(cout, num_classes, dtype=dtype, rngs=rngs)
+    self.conv2 = _conv(cout, cout, 3, spectral_norm, dtype, rngs)
+    self.shortcut = _conv(cin, cout, 1, spectral_norm, dtype, rngs)
+
+  def __call__(self, x, labels):
+    y = self.conv1(_up(nnx.relu(self.norm1(x, labels))))
+    y = self.conv2(nnx.relu(self.norm2(y, labels)))
+    return self.shortcut(_up(x)) + y
+
+
+class DownBlock(nnx.Module):
+  """D's residual block; `optimized`: the first block (no leading ReLU, pool before the 1×1)."""
+
+  def __init__(self, cin, cout, *, down, optimized=False, spectral_norm, dtype, rngs):
+    self.down, self.optimized = down, optimized
+    self.conv1 = _conv(cin, cout, 3, spectral_norm, dtype, rngs)
+    self.conv2 = _conv(cout, cout, 3, spectral_norm, dtype, rngs)
+    self.shortcut = (_conv(cin, cout, 1, spectral_norm, dtype, rngs)
+                     if down or cin != cout else None)
+
+  def __call__(self, x):
+    y = self.conv2(nnx.relu(self.conv1(x if self.optimized else nnx.relu(x))))
+    if self.down:
+      y = _down(y)
+    if self.shortcut is None:
+      return x + y
+    if self.optimized:
+      return self.shortcut(_down(x)) + y
+    skip = self.shortcut(x)
+    return (_down(skip) if self.down else skip) + y
+
+
+class SaganGenerator(nnx.Module):
+  """z (B, latent_dim) [, labels (B,)] → images (B, R, R, 3) in [-1, 1]; see the module doc."""
+
+  def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
+               width: int = 64, latent_dim: int = 128, spectral_norm: bool = True, dtype=None,
+               rngs: nnx.Rngs):
+    _check(attention, resolution, width, num_classes)
+    if latent_dim < 1:
+      raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+    self.num_classes, self.latent_dim, self.width = num_classes, latent_dim, width
+    cin = 16 * width
+    self.linear = maybe_spectral_norm(
+        nnx.Linear(latent_dim, 16 * cin, kernel_init=xavier, dtype=dtype, rngs=rngs),
+        spectral_norm, rngs)
+    blocks, side = [], 4
+    for mult in G_BLOCKS[resolution]:
+      blocks.append(UpBlock(cin, mult * width, num_classes, spectral_norm=spectral_norm,
+                            dtype=dtype, rngs=rngs))
+      cin, side = mult * width, 2 * side
+      if side == CONTEXT_SIDE:
+        self.context_after = len(blocks) - 1
+        self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
+                                      rngs=rngs)
+    self.blocks = nnx.List(blocks)
+    self.norm = nnx.BatchNorm(cin, epsilon=1e-5, dtype=dtype, rngs=rngs)
+    self.out = _conv(cin, 3, 3, spectral_norm, dtype, rngs)
+
+  def __call__(self, z, labels=None):
+    if z.ndim != 2 or z.shape[1] != self.latent_dim:
+      raise ValueError(f"z must have shape (batch, {self.latent_dim}), got {z.shape}")
+    _check_labels(labels, self.num_classes, z.shape[0])
+    x = self.linear(z).reshape(z.shape[0], 4, 4, 16 * self.width)
+    for i, block in enumerate(self.blocks):
+      x = block(x, labels)
+      if i == self.context_after and self.context is not None:
+        x = self.context(x)
+    x = self.out(nnx.relu(self.norm(x)))
+    return jnp.tanh(x.astype(jnp.float32))
+
+
+class SaganDiscriminator(nnx.Module):
+  """images (B, R, R, 3) [, labels (B,)] → real/fake logits (B,); see the module doc."""
+
+  def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
+               width: int = 64, spectral_norm: bool = True, dtype=None, rngs: nnx.Rngs):
+    _check(attention, resolution, width, num_classes)
+    self.num_classes, self.resolution = num_classes, resolution
+    blocks, cin, side = [], 3, resolution
+    for i, (mult, down) in enumerate(D_BLOCKS[resolution]):
+      blocks.append(DownBlock(cin, mult * width, down=down, optimized=i == 0,
+                              spectral_norm=spectral_norm, dtype=dtype, rngs=rngs))
+      cin, side = mult * width, side // 2 if down else side
+      if side == CONTEXT_SIDE and down:
+        self.context_after = i
+        self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
+                                      rngs=rngs)
+    self.blocks = nnx.List(blocks)
+    self.linear = maybe_spectral_norm(
+        nnx.Linear(cin, 1, kernel_init=xavier, dtype=dtype, rngs=rngs), spectral_norm, rngs)
+    self.embed = (maybe_spectral_norm(
+        nnx.Embed(num_classes, cin, embedding_init=xavier, dtype=dtype, rngs=rngs),
+        spectral_norm, rngs, param="embedding") if num_classes >= 2 else None)
+
+  def __call__(self, x, labels=None):
+    r = self.resolution
+    if x.ndim != 4 or x.shape[1:] != (r, r, 3):
+      raise ValueError(f"x must have shape (batch, {r}, {r}, 3), got {x.shape}")
+    _check_labels(labels, self.num_classes, x.shape[0])
+    for i, block in enumerate(self.blocks):
+      x = block(x)
+      if i == self.context_after and self.context is not None:
+        x = self.context(x)
+    h = jnp.sum(nnx.relu(x), axis=(1, 2))
+    out = self.linear(h)[:, 0]
+    if self.embed is not None:
+      out = out + jnp.sum(h * self.embed(labels), axis=-1)
+    return out.astype(jnp.float32)
+
+
+@register("sagan_generator")
+def sagan_generator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganGenerator:
+  """SAGAN G; overrides: resolution, attention, width, latent_dim, spectral_norm, dtype."""
+  return SaganGenerator(num_classes=num_classes, rngs=rngs, **overrides)
+
+
+@register("sagan_discriminator")
+def sagan_discriminator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganDiscriminator:
+  """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype."""
+  return SaganDiscriminator(num_classes=num_classes, rngs=rngs, **overrides)

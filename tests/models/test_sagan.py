@@ -1,0 +1,128 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_lab import models
+from attention_lab.layers.self_attention import SelfAttention
+from attention_lab.models.sagan import ATTENTIONS  # registers sagan_generator / _discriminator
+from experiments import model_stats
+
+
+def _create(name, **kw):
+  # unsafe_rbg keys: the initialisers compile far faster than with threefry.
+  return models.create(name, rngs=nnx.Rngs(jax.random.key(0, impl="unsafe_rbg")), **kw)
+
+
+@pytest.mark.parametrize("resolution,g_attention,d_attention,num_classes,spectral_norm", [
+    (64, "sa", "refined", 5, True), (128, "hamburger", "none", 0, False)])
+def test_train_step_at_tiny_width(resolution, g_attention, d_attention, num_classes,
+                                  spectral_norm):
+  """Built, G(z) → D forward and backward in one compiled program, every gradient finite."""
+  z = jax.random.normal(jax.random.key(0), (2, 128))
+  labels = jnp.array([1, 4]) if num_classes else None
+  kw = dict(num_classes=num_classes, resolution=resolution, width=1,
+            spectral_norm=spectral_norm)
+
+  def build_and_step(z, labels):
+    g = _create("sagan_generator", attention=g_attention, **kw)
+    d = _create("sagan_discriminator", attention=d_attention, **kw)
+    for model in (g, d):  # γ = 0 at init would keep the attention path out of the output
+      if isinstance(model.context, SelfAttention):
+        model.context.gamma[...] = jnp.ones(())
+
+    def loss(g, d):
+      images = g(z, labels)
+      return jnp.mean(jax.nn.relu(1 + d(images, labels))), images
+
+    (value, images), grads = nnx.value_and_grad(loss, argnums=(0, 1), has_aux=True)(g, d)
+    return value, images, grads
+
+  value, images, grads = jax.jit(build_and_step)(z, labels)
+  assert images.shape == (2, resolution, resolution, 3) and images.dtype == jnp.float32
+  assert np.all(np.abs(images) <= 1) and np.isfinite(value)
+  leaves = jax.tree.leaves(grads)
+  assert leaves and all(np.all(np.isfinite(g)) for g in leaves)
+  assert any(np.any(g != 0) for g in jax.tree.leaves(grads[0]))  # G receives D's signal
+  for model_grads, attention in zip(grads, (g_attention, d_attention)):
+    if attention in ("sa", "refined"):
+      assert np.all(model_grads["context"]["f"]["layer"]["kernel"][...] != 0)
+
+
+@pytest.mark.parametrize("resolution", [64, 128])
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_shapes_for_every_attention_option(resolution, attention):
+  """Abstract (traced, not compiled), class-conditional."""
+  kw = dict(resolution=resolution, attention=attention, width=1, spectral_norm=False)
+  g = model_stats.build_abstract("sagan_generator", 3, **kw)
+  d = model_stats.build_abstract("sagan_discriminator", 3, **kw)
+  labels = jax.ShapeDtypeStruct((2,), jnp.int32)
+  z = jax.ShapeDtypeStruct((2, 128), jnp.float32)
+  images = nnx.eval_shape(lambda g, z, y: g(z, y), g, z, labels)
+  assert images.shape == (2, resolution, resolution, 3)
+  logits = nnx.eval_shape(lambda d, x, y: d(x, y), d, images, labels)
+  assert logits.shape == (2,) and logits.dtype == jnp.float32
+
+
+# Full-size (width 64) counts, abstract only. The context module sits at 32×32: in G after the
+# block with 4w = 256 channels; in D after the block with 2w = 128 (128²) or w = 64 (64²).
+@pytest.mark.parametrize("name,resolution,channels", [
+    ("sagan_generator", 128, 256), ("sagan_generator", 64, 256),
+    ("sagan_discriminator", 128, 128), ("sagan_discriminator", 64, 64)])
+def test_context_module_sits_at_32x32(name, resolution, channels):
+  build = lambda attention: model_stats.build_abstract(name, 0, resolution=resolution,
+                                                       attention=attention, spectral_norm=False)
+  shape = (128,) if name == "sagan_generator" else (resolution, resolution, 3)
+  none, sa, refined = (build(a) for a in ("none", "sa", "refined"))
+  c, n = channels, 32 * 32
+  # f, g: C×C/8, h: C×C (no biases), γ. (Spectral norm off: its power iterations are dots too.)
+  assert model_stats.count_params(sa)[0] - model_stats.count_params(none)[0] == (
+      2 * c * c // 8 + c * c + 1)
+  base = model_stats.forward_madd(none, shape)
+  maps = n * (2 * c * c // 8 + c * c)
+  assert model_stats.forward_madd(sa, shape) - base == maps + n * n * (c // 8 + c)
+  assert model_stats.forward_madd(refined, shape) - base == maps + 2 * n * (c // 8) * c
+
+
+def _conv(k, cin, cout):
+  return k * k * cin * cout + cout
+
+
+def test_parameter_counts_at_full_size():
+  """SAGAN 128×128, width 64, SA at 32²: every parameter, counted by hand."""
+  up = lambda i, o: _conv(3, i, o) + _conv(3, o, o) + _conv(1, i, o) + 2 * i + 2 * o  # + BNs
+  g_expected = (128 * 16384 + 16384 + sum(up(i, o) for i, o in (
+      (1024, 1024), (1024, 512), (512, 256), (256, 128), (128, 64)))
+                + 2 * 64 + _conv(3, 64, 3) + (2 * 256 * 32 + 256 * 256 + 1))
+  down = lambda i, o: _conv(3, i, o) + _conv(3, o, o) + _conv(1, i, o)
+  d_expected = (down(3, 64) + sum(down(i, o) for i, o in (
+      (64, 128), (128, 256), (256, 512), (512, 1024))) + 2 * _conv(3, 1024, 1024)
+                + (2 * 128 * 16 + 128 * 128 + 1) + 1024 + 1)
+  g = model_stats.build_abstract("sagan_generator", 0, resolution=128)
+  d = model_stats.build_abstract("sagan_discriminator", 0, resolution=128)
+  assert model_stats.count_params(g)[0] == g_expected == 32_232_708
+  assert model_stats.count_params(d)[0] == d_expected == 38_439_618
+  # Conditional: per-class BN scales and offsets in G, a 1024-wide class embedding in D.
+  g1k = model_stats.build_abstract("sagan_generator", 1000, resolution=128)
+  d1k = model_stats.build_abstract("sagan_discriminator", 1000, resolution=128)
+  bn = sum(2 * c for c in (1024, 1024, 1024, 512, 512, 256, 256, 128, 128, 64))
+  assert model_stats.count_params(g1k)[0] - model_stats.count_params(g)[0] == 999 * bn
+  assert model_stats.count_params(d1k)[0] - model_stats.count_params(d)[0] == 1000 * 1024
+
+
+def test_bad_arguments():
+  with pytest.raises(ValueError, match="attention must be one of"):
+    model_stats.build_abstract("sagan_generator", 0, attention="ham")
+  with pytest.raises(ValueError, match=r"resolution must be one of \(64, 128\)"):
+    model_stats.build_abstract("sagan_discriminator", 0, resolution=32)
+  g = model_stats.build_abstract("sagan_generator", 3, resolution=64, width=1)
+  d = model_stats.build_abstract("sagan_discriminator", 0, resolution=64, width=1)
+  with pytest.raises(ValueError, match="labels must be class ids of shape"):
+    g(jnp.ones((2, 128)))
+  with pytest.raises(ValueError, match="labels must be None for an unconditional model"):
+    d(jnp.ones((2, 64, 64, 3)), jnp.zeros((2,), jnp.int32))
+  with pytest.raises(ValueError, match=r"z must have shape \(batch, 128\)"):
+    g(jnp.ones((2, 64)), jnp.zeros((2,), jnp.int32))
+  with pytest.raises(ValueError, match=r"x must have shape \(batch, 64, 64, 3\)"):
+    d(jnp.ones((2, 32, 32, 3)))
