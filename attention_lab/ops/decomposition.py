@@ -95,6 +95,18 @@ def _check_temperature(temperature):
     raise ValueError(f"temperature must be > 0, got {temperature!r}")
 
 
+def _tokens_t_codes(x, codes):
+  """xᵀ codes (B, D, R) for x (B, N, D), codes (B, N, R), contracting the token axis in place.
+
+  Written as `swapaxes(x) @ codes`, XLA:CPU copies the transposed (B, N, D)
+  input inside the solver loop on every step; as a dot over axis 1 of both
+  operands there is no copy (at 1×128²×512, R = 64: Hamburger inference
+  temporaries 113 → 76 MB, time unchanged or lower; xᵀ made once outside the
+  loop instead would keep both x and xᵀ alive: 134 MB).
+  """
+  return jnp.einsum("bnd,bnr->bdr", x, codes)
+
+
 def _initial_codes(x, bases, inv_t):
   return jax.nn.softmax(inv_t * (x @ bases), axis=-1)
 
@@ -131,7 +143,7 @@ def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step"):
   def update(state, x):
     bases, codes = state
     codes = codes * (x @ bases) / (codes @ (jnp.swapaxes(bases, 1, 2) @ bases) + eps)
-    bases = bases * (jnp.swapaxes(x, 1, 2) @ codes) / (
+    bases = bases * _tokens_t_codes(x, codes) / (
         bases @ (jnp.swapaxes(codes, 1, 2) @ codes) + eps)
     return bases, codes
 
@@ -168,7 +180,7 @@ def soft_vq(x, bases, *, steps, temperature, gradient="one_step"):
     bases, _ = state
     codes = jax.nn.softmax((x_unit @ _l2_normalize(bases, axis=1)) / temperature, axis=-1)
     mass = jnp.sum(codes, axis=1, keepdims=True)
-    return (jnp.swapaxes(x, 1, 2) @ codes) / (mass + 1e-6), codes
+    return _tokens_t_codes(x, codes) / (mass + 1e-6), codes
 
   state = (bases32, _initial_codes(x32, bases32, 1.0 / temperature))
   bases32, codes = fixed_point_iterate(
@@ -206,7 +218,7 @@ def soft_cd(x, bases, *, steps, temperature, beta, gradient="one_step"):
   def update(state, x, x_unit):
     bases, _ = state
     codes = jax.nn.softmax((x_unit @ _l2_normalize(bases, axis=1)) / temperature, axis=-1)
-    return _l2_normalize(jnp.swapaxes(x, 1, 2) @ codes, axis=1), codes
+    return _l2_normalize(_tokens_t_codes(x, codes), axis=1), codes
 
   state = (bases32, _initial_codes(x32, bases32, 1.0 / temperature))
   bases32, _ = fixed_point_iterate(

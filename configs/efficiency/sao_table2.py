@@ -15,9 +15,9 @@ Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 import ml_collections
 
 NOTES = """\
-- MAdd of SAO: we count the multiply-adds of its three dot products, wᵀq_i, wᵀk_j and
-  Σ_j (wᵀk_j) v_j: 3·N·C (2.41m at 56²×256). The paper's 3.21m, 0.40m, 0.05m are exactly 4·N·C:
-  they also count the N·C products s_i·v̄ of the output (elementwise, not a dot product).
+- MAdd of SAO: 4·N·C with one head, the paper's 3.21m, 0.40m, 0.05m exactly: wᵀq_i, wᵀk_j,
+  and one GEMM [1, wᵀk_j]ᵀ/N @ v that gives v̄ and Σ_j (wᵀk_j) v_j together (the library's
+  plain-GEMM form; the earlier einsum form counted 3·N·C, leaving v̄ to a reduction).
 - Memory: the paper's TensorFlow-profile memory (5.04 GB for Attn at 56²×256) includes
   framework buffers that XLA does not allocate; XLA's totals are ~60× smaller. The input and
   the output (6.4 MB at 56²×256) are common to every operator, so the total saving of any

@@ -19,7 +19,7 @@ def test_measure_counts_the_papers_madd(op):
   r = efficiency.measure(op, x, repeats=1)
   n, c = 36, 8
   expected = {"attn": 2 * n * n * c, "attn_pool": 2 * n * 9 * c, "attn_mean": 2 * n * c * c,
-              "sao": 3 * n * c, "kao_kv": 2 * n * 12 * c, "kao_qkv": 2 * 12 * 12 * c}[op]
+              "sao": 4 * n * c, "kao_kv": 2 * n * 12 * c, "kao_qkv": 2 * 12 * 12 * c}[op]
   assert r["madd"] == expected
   assert r["time_s"] > 0 and r["total_bytes"] >= r["temp_bytes"] >= 0
 
@@ -93,10 +93,14 @@ def test_prototypes_match_the_library_ops():
   q, k, v = (jax.random.normal(jax.random.key(i), (2, 5, 7, 3, 4)) for i in range(3))
   flat = lambda t: t.reshape(2, 35, 3, 4)
   w = jax.random.normal(jax.random.key(5), (3, 4))
-  assert jnp.allclose(bench_ops.siamese_attention_2d_gemm(flat(q), flat(k), flat(v), w),
+  assert jnp.allclose(bench_ops.siamese_attention_before(flat(q), flat(k), flat(v), w),
                       ops.siamese_attention(flat(q), flat(k), flat(v), w), atol=1e-5)
   assert jnp.allclose(bench_ops.kronecker_attention_qkv_lean(q, k, v),
                       ops.kronecker_attention_qkv(q, k, v), atol=1e-5)
+  x = jax.random.uniform(jax.random.key(6), (2, 35, 6))
+  bases = ops.random_bases(jax.random.key(7), 2, 6, 3, distribution="uniform")
+  for before, after in zip(bench_ops.nmf_before(x, bases, steps=3), ops.nmf(x, bases, steps=3)):
+    assert jnp.allclose(before, after, atol=1e-5)
 
 
 def test_double_attention_counts():
