@@ -103,3 +103,18 @@ def test_aa_tables_counts(name, params, gflops):
     assert abs(madd - convs - attention) / attention < 0.03
     madd = convs
   assert abs(madd - paper) / paper < 0.03
+
+
+
+@pytest.mark.parametrize("name", [f"{p}resnet{d}" for p in ("", "se_", "aa_") for d in (34, 50)])
+def test_every_resnet_kind_traces_forward_and_backward_at_full_depth(name):
+  """Full depth at tiny width, abstractly (jax.eval_shape: traced, not compiled); 101 and 152
+  differ from 50 only in block counts, which the parameter counts pin (tracing them costs
+  10-20 s each)."""
+  model = model_stats.build_abstract(name, 7, **TINY)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  loss = lambda p, r, x: jnp.mean(nnx.merge(graphdef, p, r, copy=True)(x) ** 2)
+  x = jax.ShapeDtypeStruct((2, 24, 40, 3), jnp.float32)
+  grads = jax.eval_shape(jax.grad(loss), params, rest, x)
+  assert jax.tree.map(lambda g: (g.shape, g.dtype), grads) == jax.tree.map(
+      lambda p: (p.shape, p.dtype), params)
