@@ -25,8 +25,10 @@ operator's own normalisation (softmax; 1/N for SAO). Choices the paper leaves
 open: the skip around the attention (as in SANet's attention modules), its
 place after the block's convolutions, the heads (4, as in SANet) and the
 coefficients (`attention_kwargs` passes e.g. coefficients="batch_norm").
-Regular attention at the top decoder level costs O(N²) for N voxels (65,536
-for the paper's 16×64×64 patches); SAO costs O(N).
+Regular attention at the top decoder level costs O(N²) time for N voxels
+(65,536 for the paper's 16×64×64 patches; pass
+`attention_kwargs={"query_chunk_size": 1024}` to keep its memory O(N·1024));
+SAO costs O(N).
 
 Spatial sizes must be divisible by 2^(depth−1) (ValueError otherwise): pad
 or crop the input, as CARE does, rather than letting the skips misalign.

@@ -27,6 +27,18 @@ def test_every_operator_on_a_9x13_grid(operator, project):
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
 
+@pytest.mark.parametrize("operator", ["softmax", "softmax_pool", "relative"])
+def test_query_chunks_give_the_unchunked_output(operator):
+  """9×13 = 117 queries in chunks of 20 (not a divisor): same output as all at once."""
+  x = jax.random.normal(jax.random.key(2), (2, 9, 13, 8))
+  make = lambda chunk: GlobalAttention(8, operator, num_heads=2, project="qkv",
+                                       spatial_shape=(9, 13), query_chunk_size=chunk,
+                                       rngs=nnx.Rngs(0))
+  chunked = make(20)
+  np.testing.assert_allclose(chunked(x), make(None)(x), rtol=1e-5, atol=1e-6)
+  assert "scan" in str(jax.make_jaxpr(lambda x: chunked(x))(x))  # queries loop in chunks
+
+
 def test_value_only_projection_matches_the_operator():
   """project='v': q = k = x, v = xW + b, then the operator, then no output map."""
   x = jax.random.normal(jax.random.key(1), (1, 5, 7, 4))
