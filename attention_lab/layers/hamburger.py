@@ -21,11 +21,17 @@ class Hamburger(nnx.Module):
   non-negative input). Ham: the d channels are split into `groups` S
   contiguous groups of d/S, and the H·W tokens of each (image, group) are
   decomposed separately, tokens (B·S, H·W, d/S), by NMF (Alg. 2), soft VQ
-  (Alg. 1) or soft CD (Alg. 3) with `rank` bases each and reconstructed as
-  codes @ basesᵀ (the reference code's MD_S, which the paper does not
-  discuss; S = 1 by default, its setting). Upper bread: 1×1 conv without bias,
-  batch norm, then ReLU of the residual sum. Cost: O(steps·H·W·dim·rank) for
-  the ham plus two 1×1 convs.
+  (Alg. 1) or soft CD (Alg. 3) with `rank` bases each into codes (N, r) and
+  bases (d/S, r) (the reference code's MD_S, which the paper does not discuss;
+  S = 1 by default, its setting). Upper bread: 1×1 conv W_u without bias,
+  batch norm, then ReLU of the residual sum.
+
+  The upper conv is applied to the low-rank factors, never to the (N, d)
+  reconstruction: W_u(codes·basesᵀ) = codes·(basesᵀ·W_u), the same function
+  and gradients. Multiply-adds: lower conv N·C·d, ham O(steps·N·d·r), upper
+  r·d·C + N·r·C instead of N·r·d + N·d·C (at N = 128², C = d = 512, r = 64:
+  0.55G instead of 4.83G; Ham Table 3's MAC count is therefore 4.3G below the
+  paper's, which convolves the reconstruction).
 
   Initialisation of the dictionary (Ham Table 8; NMF: uniform, VQ/CD: normal,
   columns L2-normalised over d/S, as the reference):
@@ -86,8 +92,10 @@ class Hamburger(nnx.Module):
     self.gradient, self.train_steps, self.eval_steps = gradient, train_steps, eval_steps
     self.temperature, self.beta, self.online_momentum = temperature, beta, online_momentum
     self.deterministic = False
-    self.lower = nnx.Conv(in_features, dim, (1, 1), use_bias=True, dtype=dtype, rngs=rngs)
-    self.upper = nnx.Conv(dim, in_features, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
+    # The 1×1 convolutions as Linear maps over the channel axis: the same function and
+    # initialisation; XLA:CPU runs a dot ~1.5× faster than the equivalent 1×1 conv.
+    self.lower = nnx.Linear(in_features, dim, use_bias=True, dtype=dtype, rngs=rngs)
+    self.upper = nnx.Linear(dim, in_features, use_bias=False, dtype=dtype, rngs=rngs)
     self.norm = nnx.BatchNorm(in_features, dtype=dtype, rngs=rngs)
     self.distribution = "uniform" if ham == "nmf" else "normal"
     if init == "random":
@@ -109,7 +117,7 @@ class Hamburger(nnx.Module):
     return jnp.broadcast_to(bases, (batch, *bases.shape)).reshape(-1, *bases.shape[1:])
 
   def _decompose(self, tokens, bases, steps):
-    """(bases, reconstruction codes @ basesᵀ) of tokens (B', N, d') from initial bases."""
+    """(bases (B', d', r), codes (B', N, r)) of tokens (B', N, d') from initial bases."""
     if self.ham == "nmf":
       bases, codes = ops.nmf(tokens, bases, steps=steps, gradient=self.gradient)
     elif self.ham == "vq":
@@ -118,25 +126,36 @@ class Hamburger(nnx.Module):
     else:
       bases, codes = ops.soft_cd(tokens, bases, steps=steps, temperature=self.temperature,
                                  beta=self.beta, gradient=self.gradient)
-    return bases, codes @ jnp.swapaxes(bases, 1, 2)
+    return bases, codes
 
   def __call__(self, x):
     if x.ndim != 4:
       raise ValueError(f"x must have shape (batch, height, width, channels), got {x.shape}")
-    y = self.lower(x)
+    b, h, w, _ = x.shape
+    # On (B·H·W, C) rows XLA:CPU fuses the bias and ReLU into the GEMM (not on 4D arrays).
+    y = self.lower(x.reshape(b * h * w, -1))
     if self.ham == "nmf":
       y = jax.nn.relu(y)
-    b, h, w, d = y.shape
-    s = self.groups
-    # (B, H, W, S·d') -> (B·S, H·W, d'): group g holds channels [g·d', (g+1)·d').
+    d, s = y.shape[-1], self.groups
+    # (B·H·W, S·d') -> (B·S, H·W, d'): group g holds channels [g·d', (g+1)·d').
     tokens = jnp.swapaxes(y.reshape(b, h * w, s, d // s), 1, 2).reshape(b * s, h * w, d // s)
     steps = self.eval_steps if self.deterministic else self.train_steps
-    bases, recon = self._decompose(tokens, self._initial_bases(b, d // s), steps)
+    bases, codes = self._decompose(tokens, self._initial_bases(b, d // s), steps)
     if self.init == "online" and not self.deterministic:
       solved = jax.lax.stop_gradient(jnp.mean(bases.reshape(b, s, *bases.shape[1:]), axis=0))
       old = self.bases[...]
       new = old + self.online_momentum * (solved.astype(old.dtype) - old)
       self.bases[...] = new * jax.lax.rsqrt(
           jnp.maximum(jnp.sum(jnp.square(new), axis=1, keepdims=True), 1e-12))
-    y = jnp.swapaxes(recon.reshape(b, s, h * w, d // s), 1, 2).reshape(b, h, w, d)
-    return jax.nn.relu(x + self.norm(self.upper(y)))
+    return jax.nn.relu(x + self.norm(self._upper_of_factors(bases, codes, (b, h, w))))
+
+  def _upper_of_factors(self, bases, codes, grid):
+    """W_u(codes·basesᵀ) as codes·(basesᵀ·W_u), summed over the S groups: (B, H, W, C)."""
+    b, h, w = grid
+    s, rank = self.groups, self.rank
+    kernel = self.upper.kernel[...].reshape(s, -1, self.upper.out_features)  # (S, d', C)
+    bases, codes, kernel = self.upper.promote_dtype(
+        (bases, codes, kernel), dtype=self.upper.dtype)
+    projected = jnp.einsum("bsdr,sdc->bsrc", bases.reshape(b, s, -1, rank), kernel)
+    out = jnp.einsum("bsnr,bsrc->bnc", codes.reshape(b, s, h * w, rank), projected)
+    return out.reshape(b, h, w, -1)

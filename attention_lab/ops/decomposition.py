@@ -96,15 +96,16 @@ def _check_temperature(temperature):
 
 
 def _tokens_t_codes(x, codes):
-  """xᵀ codes (B, D, R) for x (B, N, D), codes (B, N, R), contracting the token axis in place.
+  """xᵀ codes (B, D, R) for x (B, N, D), codes (B, N, R), as the transpose of codesᵀ x.
 
-  Written as `swapaxes(x) @ codes`, XLA:CPU copies the transposed (B, N, D)
-  input inside the solver loop on every step; as a dot over axis 1 of both
-  operands there is no copy (at 1×128²×512, R = 64: Hamburger inference
-  temporaries 113 → 76 MB, time unchanged or lower; xᵀ made once outside the
-  loop instead would keep both x and xᵀ alive: 134 MB).
+  Both contract the token axis in place (no transposed copy of x, which
+  `swapaxes(x) @ codes` makes XLA:CPU take inside the solver loop on every
+  step). The (R, D) product keeps x's minor axis D as the output's minor
+  axis, and XLA:CPU runs it about 1.4× faster than the (D, R) one (at
+  16384×512, R = 64: 8.0 vs 11.1 ms); only the small (R, D) result is
+  transposed (experiments/results/performance_goals.md, section 3).
   """
-  return jnp.einsum("bnd,bnr->bdr", x, codes)
+  return jnp.swapaxes(jnp.einsum("bnr,bnd->brd", codes, x), 1, 2)
 
 
 def _initial_codes(x, bases, inv_t):
