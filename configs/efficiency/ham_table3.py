@@ -22,14 +22,18 @@ NOTES = """\
 - Parameters: the paper's "M" are 2²⁰ units: SA 4·(512² + 512) = 1,050,624 = 1.00 Mi, Ham
   2·512² + 512 + 2·512 = 525,824 = 0.50 Mi (both exact); our A² (four 512×512 maps with
   biases) is 1.00 Mi against the paper's 1.01M (the reference A² block may carry a norm).
-- MACs: SA (292.1G) and A² (25.8G) match. Ham: ours counts the solver's dot products with
-  K = 6 plus the two 1×1 convolutions (8.6G): CD 16.8G (+3.7%), NMF 16.9G (−3.8%); the
-  paper's torchprofile counts of the solvers' elementwise updates differ slightly.
+- MACs: SA (292.1G) and A² (25.8G) match. Ham: ours counts the lower bread (N·C·d = 4.29G),
+  the solver's dot products with K = 6 and the upper bread as the layer computes it, on the
+  low-rank factors: W_u(codes·basesᵀ) = codes·(basesᵀW_u), r·d·C + N·r·C = 0.55G. The paper
+  convolves the (N, d) reconstruction instead: N·r·d + N·d·C = 4.83G, 4.28G more than ours.
+  So CD 12.5G and NMF 12.7G against the paper's 16.2G / 17.6G; with the paper's form (the layer
+  before stop 8) they were 16.8G (+3.7%) and 16.9G (−3.8%), the rest being torchprofile's
+  counts of the solvers' elementwise updates.
 - Memory: the paper's "MB" of GPU load are MiB: our SA inference total, 2,252 MB = 2,148 MiB,
   equals the paper's 2148 exactly. Our Ham and A² totals include the 32 MiB input and output
   and the parameters; the paper's load for those is ~100 MiB.
 - Times are CPU (2 cores, float32) against a TITAN Xp; the ratios against SA are what compare:
-  the MACs ratio is 17× (Ham) and 11× (A²); on this CPU SA's softmax over 16384² logits costs
+  the MACs ratio is 23× (Ham) and 11× (A²); on this CPU SA's softmax over 16384² logits costs
   beyond its MACs, hence larger speed-ups than the paper's GPU figures.
 """
 

@@ -27,9 +27,9 @@ NOTES = """\
   largest test). The ratio — the refined block fits 4× the batch of the N×N one — is the
   paper's; the absolute sizes differ with the architecture (residual SAGAN with spectral norm
   here, the heykeetae DCGAN-style SAGAN there) and PyTorch's allocator.
-- Forward: ISAGAN 1.65× and SGAN 1.78× faster than SAGAN (paper 1.41×, 1.91×). Backward: 2.36×
-  and 2.31× (paper 1.97×, 2.51×). Measured on a shared 2-core CPU (load 3-8), so the absolute
-  times are ~700× the paper's GPU; only the ratios compare.
+- Forward: ISAGAN 1.83× and SGAN 1.79× faster than SAGAN (paper 1.41×, 1.91×). Backward: 2.43×
+  and 2.44× (paper 1.97×, 2.51×). Measured on a quiet 2-core Intel Xeon CPU: the absolute
+  forward times are ~540× the paper's GPU; only the ratios compare.
 """
 
 

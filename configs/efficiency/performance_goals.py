@@ -19,44 +19,52 @@ attention step at 112² is run once). `:tiny` runs in seconds.
 import ml_collections
 
 NOTES = """\
-Measured on a 2-core CPU shared with other jobs (load average 6-10 during these runs): absolute
-times drift by 2× between runs (the 4096² matmul ran at 55-118 GFLOP/s here, 303 GFLOP/s on a
-quiet machine), so only ratios measured in the same interleaved rounds are meaningful.
-- **SAO (goal 2): restructured in the library, met.** `ops.siamese_attention` contracted
-  `"bqhd,hd->bqh"` with the head axis as a dot batch dimension: XLA:CPU transposed the whole
-  (B, N, H, D) input first (1 transpose + 1 copy), and v̄ and Σ_j s_j v_j were two more passes
-  over v (XLA bytes accessed 19.3 MB = 3 passes). It now runs as plain 2D GEMMs: the scores
-  `q.reshape(B·N, H·D) @ W` with W the (H·D, H) block-diagonal matrix of w, and v̄ with
-  (1/N) Σ_j s_j v_j from one GEMM `[1, s_k]ᵀ/N @ v.reshape(B, N, H·Dv)` keeping the H diagonal
-  blocks: read q (= k here), read v, write out (9.7 MB, 1.5 passes); 3.4× → 1.7× one pass in
-  this run. The before form is `bench_ops.siamese_attention_before`. Side effect on counts:
-  with one head the dot-product MAdd is now 4·N·C (v̄ is a GEMM row), the paper's own count
-  (3.21m at 56²×256; it was 3·N·C); with H heads the zero off-diagonal blocks are multiplied
-  too, (3H+1)·N·C, e.g. SANet (4 heads) 297.40m → 298.76m forward MAdd (+0.46%).
-- **KAO_QKV (goal 2): not met, library unchanged.** At 8×56²×8 the input is 1.6 MB and
-  cache-resident; the op is bound by the number of XLA:CPU kernels (12 in the library HLO),
-  not by bytes. The lean prototype (`bench_ops.kronecker_attention_qkv_lean`: attention on
-  (B·H, T, D) arrays, 9 kernels, temporaries 0.46 → 0.06 MB) is 10-20% faster, still ~6× one
-  pass: the two mean reductions over non-minor axes alone take ~2-3 passes' time on XLA:CPU.
-  Adopting it would mean a second softmax-attention code path beside
-  `ops.dot_product_attention` (reordering that function's einsums to heads-first compiles to
-  the identical HLO), so it was not adopted. ≤ 3× one pass needs one fused kernel (both means in
-  one read, the 112-token attention, the outer-sum write): Pallas on GPU, a custom call on CPU.
-- **Ham NMF (goal 3): not met.** (a) Solver restructured in the library: the bases update
-  `swapaxes(x) @ codes` made XLA:CPU copy the transposed (B, N, D) input inside the loop on every
-  step; it is now a dot over the token axis in place (`einsum("bnd,bnr->bdr")`, no copy; also in
-  soft VQ / CD). The solver alone: temporaries 75.6 → 12.7 MB, ~10% faster; the Hamburger at
-  inference: temporaries 113 → 76 MB, time unchanged (1.74× → 1.73× the floor). Hoisting xᵀ out
-  of the loop (the first prototype) was as fast but keeps both x and xᵀ alive (134 MB), so the
-  in-place contraction was kept (`bench_ops.nmf_before` is the before form). (b) The layer
-  restructure (`bench_ops.hamburger_restructured`, a layers/hamburger.py change, not made here):
-  apply the upper bread to the low-rank factors, W_u·(codes·basesᵀ) = codes·(basesᵀ·W_u), and
-  fold the eval-mode batch norm into it: 32.9 → 24.3 GFLOP, same values (max |Δ| 1.6e-6),
-  1.73× → 1.26× the library's floor in this run (27% less time). Recommended: it removes the
-  largest GEMM (N·d·C) and the (N, d) reconstruction; in training the same identity holds with
-  batch norm normalising codes·(basesᵀW_u). What remains above the floor is the solver's skinny
-  GEMMs (R = 64) and its elementwise updates on (N, R) arrays, which run well below a square
-  GEMM's FLOP/s on this CPU (pieces table).
+Measured at stop 8 on a 2-core Intel Xeon with nothing else running (stops 6-7 measured on a
+shared AMD EPYC; their absolute times are not comparable with these). Only ratios measured in
+the same interleaved rounds are meaningful.
+- **Goal 1.** SAO, KAO_KV and KAO_QKV meet the paper's speed-up at every size, Attn1/N at
+  14² and 56². Attn1/N at 28²×128 is 6.24× against 6.38×: its MAdd ratio to Attn is
+  157.35m / 25.69m = 6.12×, and here both run their GEMMs at about the same rate (~120
+  GFLOP/s), so beating 6.38× would need Attn to run below its FLOP rate, as it did in the
+  paper's profile. (Moving heads in front of the 1/N form's einsums took it from 5.4× to
+  6.2× at this size.) Attn+Pool is the papers' baseline, not one of our operators. It pools
+  to 4× fewer keys and misses the paper's ratio at 14², 28² and KAO 56², where per-call
+  overhead and the pooling pass weigh more than the saved logits. Temporaries saved are at
+  least the paper's everywhere. Total saved cannot reach the paper's because the input and
+  the output cannot be saved (the 'bound' column).
+- **SAO (goal 2): met, 1.8× one pass.** Restructured at stop 7: plain 2D GEMMs, scores
+  against the block-diagonal (H·D, H) matrix of w, and v̄ with (1/N) Σ_j s_j v_j from one
+  GEMM; XLA bytes accessed 19.3 → 9.7 MB (`bench_ops.siamese_attention_before` is the old
+  form, 4.6× one pass in this run).
+- **KAO_QKV (goal 2): not met, 7.1× one pass; the lean prototype reaches 4.9×.** The input
+  is 1.6 MB and cache-resident, so the op is bound by the number of XLA:CPU kernels (26,
+  roughly 15-20 µs each here), not by bytes. Pieces timed alone: the two summaries (2 reduce
+  fusions) take 2.2 passes, the outer-sum write 0.8, and the softmax attention over the
+  8×112 summary tokens 5.2 (9 fusions, 2 dots, 3 transposes, 5 copies for ~1M
+  multiply-adds). Moving heads in front of the softmax einsums (as the 1/N form now does)
+  cut that attention to 14 kernels and 4.6 passes, but the same change was 2.5× slower
+  inside GlobalAttention at 64²×512, so the softmax form keeps heads in the middle. ≤ 3× needs one fused kernel: both means in
+  one read, the 112-token attention, one write. That is Pallas on GPU or a custom call on
+  CPU.
+- **Ham NMF (goal 3): not met, 1.71× its own floor; 1.94× faster than stop 6 and 1.58×
+  faster than stop 7 in the same run.** Three restructurings, each timed before and after:
+  (a) stop 7: no transposed copy of x in the solver loop (temporaries 113 → 76 MB);
+  (b) stop 8: the bases numerator xᵀ·codes as (codesᵀx)ᵀ. The (R, D) product keeps x's
+  minor axis as the output's, and XLA:CPU runs it at 0.5 of the square-matmul rate against
+  0.38 for the (D, R) one. Solver 113 → 87 ms, same values. (A transposed x hoisted out
+  of the loop measured 5.8 ms per product but made the solver slower overall.)
+  (c) stop 8, layers/hamburger.py: the upper bread on the low-rank factors,
+  W_u(codes·basesᵀ) = codes·(basesᵀW_u), and the breads as dots on (N, C) rows instead of
+  1×1 convolutions (XLA:CPU: 48 vs 70 ms for the lower bread; bias and ReLU fuse into the
+  GEMM only on 2D rows). 32.9 → 24.3 GFLOP. The goal's floor falls with the FLOPs, so the
+  ratio moves less than the time: 2.45× → 1.71×. What is left above the floor is rate, not
+  FLOPs (pieces table). The solver runs at 0.72 of the square matmul: its codesᵀx and
+  codesᵀcodes products contract the 16384-long token axis, at 0.5 and 0.25 of the rate. The
+  upper GEMM (K = r = 64) runs at 0.35 and the lower bread at 0.72. At 1.5× every piece
+  would have to run within 10% of a 4096² GEMM's rate.
+  Training (Ham Table 3, forward + backward) gains the most from (c): the backward of the
+  N·d·C convolution and the (N, d) reconstruction are gone, 185 MB of one-step temporaries
+  against 252 MB before.
 """
 
 
