@@ -125,17 +125,20 @@ def hamburger_reconstructing(model, x):
   multiply-adds where the library's codes·(basesᵀ·W_u) takes r·d·C + N·r·C.
   The solver is whatever `ops.nmf` is while tracing (see `nmf_solver`).
   """
-  def conv(t, kernel):
-    return jax.lax.conv_general_dilated(t, kernel.reshape(1, 1, *kernel.shape), (1, 1), "VALID",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-  y = conv(x, model.lower.kernel[...]) + model.lower.bias[...]
+  y = _conv1x1(x, model.lower.kernel[...]) + model.lower.bias[...]
   if model.ham == "nmf":
     y = jax.nn.relu(y)
   b, h, w, d = y.shape
   bases, codes = model._decompose(y.reshape(b, h * w, d), model._initial_bases(b, d),  # pylint: disable=protected-access
                                   model.eval_steps)
   recon = (codes @ jnp.swapaxes(bases, 1, 2)).reshape(b, h, w, d)
-  return jax.nn.relu(x + model.norm(conv(recon, model.upper.kernel[...])))
+  return jax.nn.relu(x + model.norm(_conv1x1(recon, model.upper.kernel[...])))
+
+
+def _conv1x1(x, kernel):
+  """x (B, H, W, C) through a (C, C') kernel as an XLA convolution (not a dot)."""
+  return jax.lax.conv_general_dilated(x, kernel.reshape(1, 1, *kernel.shape), (1, 1), "VALID",
+                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,9 +274,8 @@ def goal_ham_floor(config) -> dict:
   pieces = {key: ((lambda s: lambda t, b: s(t, b, steps=c.ham_steps))(solver), (tok, bases))
             for key, solver in solvers.items()}
   pieces["lower bread as 1×1 conv + ReLU (N·C·d)"] = (
-      lambda t, w, b: jax.nn.relu(jax.lax.conv_general_dilated(
-          t.reshape(1, c.side, c.side, -1), w[None, None], (1, 1), "VALID",
-          dimension_numbers=("NHWC", "HWIO", "NHWC")) + b), (rows, w_l, bias))
+      lambda t, w, b: jax.nn.relu(_conv1x1(t.reshape(1, c.side, c.side, -1), w) + b),
+      (rows, w_l, bias))
   pieces["lower bread as GEMM + ReLU on rows (N·C·d)"] = (
       lambda t, w, b: jax.nn.relu(t @ w + b), (rows, w_l, bias))
   pieces["x @ bases (N·d·r)"] = (lambda t, b: t @ b, (tok, bases))
