@@ -111,7 +111,8 @@ class Trainer:
             save_interval_steps=config.checkpoint_every_steps))
     latest = self.checkpoints.latest_step()
     if latest is None:
-      self.state = jax.jit(self.task.init_state, out_shardings=self.shardings)()
+      self.state = self.task.from_pretrained(
+          jax.jit(self.task.init_state, out_shardings=self.shardings)())
     else:
       target = jax.tree.map(self._restore_target, abstract, self.shardings)
       restored = self.checkpoints.restore(latest, args=ocp.args.StandardRestore(target))

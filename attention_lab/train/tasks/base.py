@@ -5,8 +5,9 @@ checkpoints, signals, progress and metric writing; it knows no model and no
 loss. A task owns everything else. The loop calls, in order:
 
   task = TaskClass(config, env)               # build models, optimizers, data
-  state = jit(task.init_state, out_shardings)()   # or an orbax restore into
-                                                  # jax.eval_shape(task.init_state)
+  state = task.from_pretrained(jit(task.init_state, out_shardings)())
+                                            # or an orbax restore into
+                                            # jax.eval_shape(task.init_state)
   for batch in task.train_batches(start_step):   # this process's numpy batches
     state, metrics = jit(task.train_step)(state, env.global_batch(batch))
   task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
@@ -88,6 +89,11 @@ class Task(abc.ABC):
     """Whole-set evaluation → {"eval_<name>": float}, the same on every process."""
 
   # Optional.
+  def from_pretrained(self, state):
+    """Called once on a fresh start (no checkpoint in the workdir), outside jit: returns
+    `state` with weights from elsewhere (e.g. `config.init_from`), in its shardings."""
+    return state
+
   def image_summaries(self, state) -> dict[str, np.ndarray]:
     """Pictures to write at each evaluation: name → uint8 (N, H, W, 3) images."""
     del state
