@@ -18,7 +18,10 @@ Both of torch's formats are read:
 A tensor is pickled as `torch._utils._rebuild_tensor_v2(storage,
 storage_offset, size, stride, requires_grad, backward_hooks[, metadata])`
 (sizes, strides and offsets in elements); a parameter as
-`torch._utils._rebuild_parameter(tensor, requires_grad, backward_hooks)`.
+`torch._utils._rebuild_parameter(tensor, requires_grad, backward_hooks)`; files
+of torch < 0.4 (e.g. torchvision's 2017 ResNet weights) use
+`_rebuild_tensor(storage, storage_offset, size, stride)` and, when saved from
+a GPU, `torch.cuda.<X>Storage`; both are read (always onto the CPU).
 Each tensor becomes a C-contiguous numpy copy of the strided view (checked
 against the storage's bounds), so tensors that shared a storage no longer
 share memory.
@@ -131,6 +134,10 @@ class _Tensor:
     return np.array(view, order="C")
 
 
+def _rebuild_tensor(storage, storage_offset, size, stride):
+  return _Tensor(storage, storage_offset, size, stride)
+
+
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
                        backward_hooks=None, metadata=None):
   del requires_grad, backward_hooks, metadata
@@ -163,6 +170,7 @@ def _torch_device(*args):
 
 _ALLOWED = {
     ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,  # torch < 0.4 (2017 weights).
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
@@ -198,7 +206,7 @@ class _Unpickler(pickle.Unpickler):
   def find_class(self, module, name):
     if (module, name) in _ALLOWED:
       return _ALLOWED[(module, name)]
-    if module == "torch" and name in _STORAGE_DTYPES:
+    if module in ("torch", "torch.cuda") and name in _STORAGE_DTYPES:  # cuda: legacy GPU saves.
       return _StorageType(name, _STORAGE_DTYPES[name])
     if module == "torch" and name in _TORCH_DTYPES:
       return _StorageType(name, _TORCH_DTYPES[name])

@@ -226,6 +226,39 @@ def test_legacy_storage_views(tmp_path):
   np.testing.assert_array_equal(load_torch_state_dict(path)["w"], [[5, 6], [7, 8]])
 
 
+def test_torch_0_3_files(tmp_path):
+  """2017-era files: _rebuild_tensor (v1) with torch.Size sizes, CUDA storage types."""
+  data = np.arange(12, dtype=np.float32)
+
+  class Size:
+
+    def __reduce__(self):
+      return (Global("torch", "Size"), ((3, 2),))
+
+  class OldTensor:
+
+    def __reduce__(self):
+      return (Global("torch._utils", "_rebuild_tensor"), (Storage("93", data), 1, Size(), (4, 1)))
+
+  class CudaPickler(TorchPickler):
+
+    def persistent_id(self, obj):
+      pid = super().persistent_id(obj)
+      if pid is None:
+        return None
+      return (pid[0], Global("torch.cuda", "FloatStorage"), pid[2], "cuda:0") + pid[4:]
+
+  path = tmp_path / "resnet-2017.pth"
+  with open(path, "wb") as f:
+    for header in (0x1950a86a20f9469cfc6c, 1001, {"little_endian": True}):
+      pickle.dump(header, f, protocol=2)
+    CudaPickler(f, legacy=True).dump(collections.OrderedDict(fc=OldTensor()))
+    pickle.dump(["93"], f, protocol=2)
+    f.write(struct.pack("<q", 12) + data.tobytes())
+  np.testing.assert_array_equal(load_torch_state_dict(path)["fc"],
+                                naive_view(data, 1, (3, 2), (4, 1)))
+
+
 def test_rejects_code_and_corrupt_files(tmp_path):
   path = tmp_path / "evil.pth"
   buffer = io.BytesIO()
