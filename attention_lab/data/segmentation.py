@@ -15,6 +15,10 @@ tensor, so they stay aligned) and flipped left-right with probability 1/2.
 Randomness is stateless, seeded by (config seed, example index): a resumed run
 sees the same batches.
 
+`dataset.resize` (0: off) first resizes every image to a fixed square (the
+digit-scenes CPU experiment doubles its 64×64 scenes; labels nearest, so each
+label pixel becomes exactly four).
+
 Evaluation at full resolution: the normalised image is padded at the bottom /
 right to `eval_size` (mean) and the mask with 255 (padding never counts),
 so one static shape serves every image; an image larger than `eval_size` is
@@ -113,6 +117,10 @@ def decode(config, example):
   table = _label_table(config.dataset.name)
   if table is not None:
     label = tf.gather(table, label)
+  size = config.dataset.get("resize", 0)
+  if size:  # fixed-size inputs (digit scenes ×2): image bilinear, labels nearest
+    image = tf.image.resize(image, (size, size), "bilinear")
+    label = tf.image.resize(label, (size, size), "nearest")
   return image, label
 
 
