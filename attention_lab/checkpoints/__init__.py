@@ -1,2 +1,6 @@
-"""Reading foreign weights (torchvision ResNets, our own classification checkpoints) into
-our modules; no torch needed."""
+"""Reading foreign weights without torch: PyTorch checkpoints (torch_reader), torchvision
+ResNets mapped to ours (torchvision_resnet), backbone initialisation (backbone_weights)."""
+
+from attention_lab.checkpoints.torch_reader import UnsupportedCheckpointError
+from attention_lab.checkpoints.torch_reader import load_torch_checkpoint
+from attention_lab.checkpoints.torch_reader import load_torch_state_dict

@@ -41,6 +41,7 @@ def test_masks_boxes_and_areas_agree(test_examples):
     mask = example["mask"][..., 0]
     assert mask.max() <= 10
     bbox, labels, areas, _ = _objects(example)
+    assert np.all(areas >= 20)  # Occlusion leaves every digit mostly visible.
     assert np.all((bbox >= 0) & (bbox <= 1))
     assert np.all(bbox[:, 0] < bbox[:, 2]) and np.all(bbox[:, 1] < bbox[:, 3])
     # Independent reference: every pixel of class k lies in some box labelled k,

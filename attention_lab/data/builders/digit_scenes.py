@@ -52,6 +52,7 @@ from PIL import Image
 from attention_lab.data.builders import digits as digits_builder
 
 SIZE = 64
+NUM_CLASSES = 10  # Digit classes; the mask has NUM_CLASSES + 1 values (0 = background).
 NUM_TRAIN = 4000
 NUM_TEST = 500
 MIN_DIGITS, MAX_DIGITS = 1, 4
@@ -183,7 +184,7 @@ class DigitScenes(tfds.core.GeneratorBasedBuilder):
             "mask": tfds.features.Image(shape=(SIZE, SIZE, 1)),
             "objects": tfds.features.Sequence({
                 "bbox": tfds.features.BBoxFeature(),
-                "label": tfds.features.ClassLabel(num_classes=10),
+                "label": tfds.features.ClassLabel(num_classes=NUM_CLASSES),
                 "area": np.int64,
                 "index": np.int64,
             }),
