@@ -63,6 +63,7 @@ def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
   item = _orbax_item(path)
   with ocp.PyTreeCheckpointer() as checkpointer:
     tree = checkpointer.metadata(item)
+    tree = getattr(tree, "item_metadata", tree)
     tree = getattr(tree, "tree", tree)
     # numpy on the host: no device placement, the same on every process.
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)

@@ -154,16 +154,21 @@ class HamNet(_Segmenter):
                         aux_head=aux_head, num_classes=num_classes, dtype=dtype, rngs=rngs)
     c, a = _scaled(channels, width), _scaled(align_channels, width)
     self.squeeze = ConvBN(self.backbone.out_features, c, 3, dtype=dtype, rngs=rngs)
-    self.hamburger = Hamburger(c, ham=ham, dim=c, rank=rank, dtype=dtype, rngs=rngs,
-                               **(ham_options or {}))
+    options = dict(ham_options or {})
+    without = tuple(options.pop("without", ()))
+    # Ham Table 2 "baseline": no Hamburger at all (without=("hamburger",)).
+    self.hamburger = None if "hamburger" in without else Hamburger(
+        c, ham=ham, dim=c, rank=rank, without=without, dtype=dtype, rngs=rngs, **options)
     self.align = ConvBN(c, a, 3, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout, broadcast_dims=(1, 2), rngs=rngs)
     self.classifier = nnx.Conv(a, num_classes, (1, 1), dtype=dtype, rngs=rngs)
 
   def __call__(self, x, *, with_aux: bool = False):
     f, aux = self._features(x, with_aux)
-    logits = _upsample(self.classifier(self.dropout(self.align(self.hamburger(self.squeeze(f))))),
-                       x)
+    f = self.squeeze(f)
+    if self.hamburger is not None:
+      f = self.hamburger(f)
+    logits = _upsample(self.classifier(self.dropout(self.align(f))), x)
     return (logits, aux) if with_aux else logits
 
 

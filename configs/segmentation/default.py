@@ -102,19 +102,50 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_steps = 200
     config.checkpoint_every_steps = 200
   elif preset == "tiny":
-    config.model.width = 0.0625
-    config.model.rank = 4
-    config.model.heads = 2
-    config.batch_size = 8
-    config.dataset.resize = 64
-    config.dataset.crop_size = 48
-    config.dataset.eval_size = 64
-    config.num_train_steps = 2
-    config.log_every_steps = 1
-    config.eval_every_steps = 2
-    config.checkpoint_every_steps = 2
-    config.num_summary_images = 2
+    tiny(config)
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/segmentation/default.py; "
                      "expected 'cpu' or 'tiny'")
+  return config
+
+
+def digit_scenes(config: ml_collections.ConfigDict, steps: int = 300) -> ml_collections.ConfigDict:
+  """Shrinks a paper config to the CPU: digit scenes ×2, a width-1/8 depth-14 backbone, `steps`
+  steps (the `:cpu` preset of every segmentation paper config; the paper's head and recipe
+  otherwise kept)."""
+  d = config.dataset
+  d.name, d.data_dir, d.manual_dir = "digit_scenes", "", ""
+  d.train_split, d.eval_split = "train", "test"
+  d.resize = d.crop_size = d.eval_size = 128
+  d.scale_min, d.scale_max, d.flip = 0.75, 1.5, False
+  d.shuffle_buffer = 4000
+  m = config.model
+  m.depth, m.width = 14, 0.125
+  if m.name == "deeplab_v2" and m.get("head", "aspp") == "aspp":
+    m.rates = (1, 2, 3, 4)  # 16×16 features
+  if "rank" in m:
+    m.rank = 8
+  config.init_from = ""
+  config.eval.scales, config.eval.flip, config.eval.window = (1.0,), False, 0
+  config.batch_size = 16
+  config.num_epochs, config.num_train_steps = 0, steps
+  config.optimizer.learning_rate = max(config.optimizer.learning_rate, 0.02)
+  config.log_every_steps = 20
+  config.eval_every_steps = config.checkpoint_every_steps = steps
+  return config
+
+
+def tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A few-step test run: digit scenes at 64², width 1/16."""
+  digit_scenes(config, steps=2)
+  config.model.width = 0.0625
+  if "rank" in config.model:
+    config.model.rank = 4
+  if "heads" in config.model:
+    config.model.heads = 2
+  config.batch_size = 8
+  config.dataset.resize = config.dataset.eval_size = 64
+  config.dataset.crop_size = 48
+  config.log_every_steps = 1
+  config.num_summary_images = 2
   return config
