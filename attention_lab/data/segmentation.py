@@ -6,6 +6,13 @@ and the digits 0-9), `voc_segmentation` (21), `ade20k_challenge` (150),
 to the 19 trainIds, everything else 255). Labels are int32 (H, W) with 255 =
 ignore.
 
+PASCAL-Context (Ham Table 5) has no builder: its 59-class masks come either
+from the Detail API (the `detail` package over `trainval_merged.json`, as
+mmseg's converter) or from the per-image `.mat` label maps of the 459-class
+release mapped through its class lists; neither layout could be checked here
+without the files, and a builder that guesses a label layout would fail
+silently. Adding it is a manual_dir builder like `voc_segmentation`.
+
 Training (DeepLab / Ham recipes): the image is normalised (per-channel mean and
 std), then scaled by s ~ U[scale_min, scale_max] (bilinear; the mask nearest),
 padded at the bottom / right to at least crop×crop with the dataset mean (0
