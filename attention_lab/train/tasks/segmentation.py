@@ -110,6 +110,16 @@ def overlay(image, labels, alpha: float = 0.5) -> np.ndarray:
   return np.where(keep, image, blend).round().astype(np.uint8)
 
 
+def _host(x) -> np.ndarray:
+  """A global array as numpy on every process: replicated → this process's copy; sharded
+  over processes → all-gathered (multi-host safe; np.asarray alone is not)."""
+  if not isinstance(x, jax.Array) or x.is_fully_addressable:
+    return np.asarray(x)
+  if x.sharding.is_fully_replicated:
+    return np.asarray(x.addressable_data(0))
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
 class Segmentation(base.Task):
   """One segmentation network, one optimizer; whole-set confusion-matrix metrics."""
 
@@ -230,9 +240,8 @@ class Segmentation(base.Task):
   def evaluate(self, state):
     batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size)
     total = self.evaluate_batches(state, self.eval_step, batches).compute()
-    confusion = np.asarray(multihost_utils.process_allgather(total["confusion"], tiled=True)
-                           if jax.process_count() > 1 else total["confusion"])
-    result = {"eval_loss": float(total["loss"])}
+    confusion = _host(total["confusion"])
+    result = {"eval_loss": float(_host(total["loss"]))}
     result.update({f"eval_{k}": v for k, v in
                    evaluation.summary(confusion, list(self.spec.class_names)).items()})
     return result
@@ -247,7 +256,7 @@ class Segmentation(base.Task):
     if self._jit_predict is None:
       self._jit_predict = jax.jit(lambda s, x: jnp.argmax(self.predict(s, x), -1))
     predicted = self._jit_predict(state, self.env.global_batch(batch)["image"])
-    predicted = np.asarray(multihost_utils.process_allgather(predicted, tiled=True))
+    predicted = _host(predicted)
     n = min(count, int(batch["mask"].sum()))
     mean, std = (np.asarray(v, np.float32) for v in self.spec.stats)
     image = np.clip((batch["image"][:n] * std + mean) * 255, 0, 255)
