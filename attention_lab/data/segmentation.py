@@ -92,11 +92,10 @@ def get_builder(config) -> tfds.core.DatasetBuilder:
   `config.dataset.manual_dir` (or TFDS's default manual directory)."""
   name, data_dir = config.dataset.name, config.dataset.get("data_dir") or None
   spec = dataset(name)
-  if spec.builder is None:
-    if name in pipeline._EMBEDDED:  # pylint: disable=protected-access
-      return pipeline.get_builder(name, data_dir)
-    return tfds.builder(name, data_dir=data_dir)
-  builder = spec.builder(data_dir=data_dir)
+  if spec.builder is None and name in pipeline._EMBEDDED:  # pylint: disable=protected-access
+    return pipeline.get_builder(name, data_dir)
+  builder = (tfds.builder(name, data_dir=data_dir) if spec.builder is None
+             else spec.builder(data_dir=data_dir))
   if not builder.is_prepared():
     manual_dir = config.dataset.get("manual_dir") or None
     builder.download_and_prepare(

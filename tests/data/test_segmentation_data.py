@@ -153,3 +153,31 @@ def test_eval_pads_with_mean_and_ignore_and_fits_large_images():
   big_image, big_label = seg.eval_preprocess(tf.ones((16, 10, 3)), tf.fill((16, 10, 1), 2),
                                              size=8)
   assert (big_label.numpy() == 2).sum() == 8 * 5
+
+
+def test_cityscapes_tfds_builder_on_fake_zips_gives_train_ids(tmp_path):
+  """TFDS's own cityscapes builder over zips in the real layout; our pipeline maps labelIds."""
+  import zipfile  # pylint: disable=g-import-not-at-top
+  manual = tmp_path / "manual"
+  os.makedirs(manual)
+  label_ids = np.zeros((1024, 2048), np.uint8)
+  label_ids[:, :256] = np.arange(256, dtype=np.uint8)[None, :]  # every id in one row block
+  images = {}
+  for name, suffix, root in (("leftImg8bit_trainvaltest.zip", "leftImg8bit", "leftImg8bit"),
+                             ("gtFine_trainvaltest.zip", "gtFine_labelIds", "gtFine")):
+    with zipfile.ZipFile(manual / name, "w") as archive:
+      for split in ("train", "val", "test"):
+        path = tmp_path / f"{root}_{split}.png"
+        if root == "gtFine":
+          Image.fromarray(label_ids).save(path)
+        else:
+          images[split] = np.zeros((1024, 2048, 3), np.uint8)
+          Image.fromarray(images[split]).save(path)
+        archive.write(path, f"{root}/{split}/aachen/aachen_000000_000019_{suffix}.png")
+  config = _config("cityscapes/semantic_segmentation", tmp_path / "data", manual)
+  builder = seg.get_builder(config)
+  example = next(iter(builder.as_dataset(split="validation")))
+  _, label = seg.decode(config, example)
+  row = label.numpy()[0, :256, 0]
+  expected = [seg.CITYSCAPES_TRAIN_IDS.get(i, 255) for i in range(256)]
+  np.testing.assert_array_equal(row, expected)
