@@ -99,3 +99,11 @@ def test_segmenter_dispatches_heads_and_ham_table2_ablations():
   assert params[()] - params[("upper",)] == c * c  # upper bread: 1×1 conv without bias
   assert params[("ham",)] == params[()]  # the ham itself has no parameters
   assert params[()] - params[("hamburger",)] == 2 * c * c + c + 2 * c  # + its BN
+
+
+def test_hamburger_without_validates():
+  from attention_lab.layers import Hamburger  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="without"):
+    nnx.eval_shape(lambda: Hamburger(16, dim=16, rank=2, without=("bread",), rngs=nnx.Rngs(0)))
+  with pytest.raises(ValueError, match="dim"):
+    nnx.eval_shape(lambda: Hamburger(16, dim=8, rank=2, without=("upper",), rngs=nnx.Rngs(0)))
