@@ -1,4 +1,5 @@
-"""Reading foreign weights (PyTorch checkpoints) without torch."""
+"""Reading foreign weights without torch: PyTorch checkpoints (torch_reader), torchvision
+ResNets mapped to ours (torchvision_resnet), backbone initialisation (backbone_weights)."""
 
 from attention_lab.checkpoints.torch_reader import UnsupportedCheckpointError
 from attention_lab.checkpoints.torch_reader import load_torch_checkpoint

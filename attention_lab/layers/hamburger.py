@@ -67,13 +67,22 @@ class Hamburger(nnx.Module):
     temperature: T of VQ/CD (the reference's inverse temperature is 100).
     beta: ridge weight of CD.
     online_momentum: η of the "online" update.
+    without: components to remove (Ham Table 2): "ham" (breads only: upper(lower(x))),
+      "upper" and / or "lower" (that bread removed; needs dim == in_features).
     dtype: compute dtype of the convolutions (the ham itself runs in float32).
   """
 
   def __init__(self, in_features: int, *, ham: str = "nmf", dim: int = 512, rank: int = 64,
                groups: int = 1, init: str = "random", train_steps: int = 6,
                eval_steps: int = 7, gradient: str | None = None, temperature: float = 0.01,
-               beta: float = 0.1, online_momentum: float = 0.9, dtype=None, rngs: nnx.Rngs):
+               beta: float = 0.1, online_momentum: float = 0.9,
+               without: tuple[str, ...] = (), dtype=None, rngs: nnx.Rngs):
+    without = tuple(without)
+    if not set(without) <= {"ham", "upper", "lower"}:
+      raise ValueError(f"without must hold only 'ham', 'upper', 'lower', got {without!r}")
+    if ("upper" in without or "lower" in without) and dim != in_features:
+      raise ValueError(f"without a bread, dim ({dim}) must equal in_features ({in_features})")
+    self.without = without
     if ham not in HAMS:
       raise ValueError(f"ham must be one of {HAMS}, got {ham!r}")
     if init not in INITS:
@@ -94,8 +103,10 @@ class Hamburger(nnx.Module):
     self.deterministic = False
     # The 1×1 convolutions as Linear maps over the channel axis: the same function and
     # initialisation; XLA:CPU runs a dot ~1.5× faster than the equivalent 1×1 conv.
-    self.lower = nnx.Linear(in_features, dim, use_bias=True, dtype=dtype, rngs=rngs)
-    self.upper = nnx.Linear(dim, in_features, use_bias=False, dtype=dtype, rngs=rngs)
+    self.lower = (None if "lower" in without else
+                  nnx.Linear(in_features, dim, use_bias=True, dtype=dtype, rngs=rngs))
+    self.upper = (None if "upper" in without else
+                  nnx.Linear(dim, in_features, use_bias=False, dtype=dtype, rngs=rngs))
     self.norm = nnx.BatchNorm(in_features, dtype=dtype, rngs=rngs)
     self.distribution = "uniform" if ham == "nmf" else "normal"
     if init == "random":
@@ -133,9 +144,14 @@ class Hamburger(nnx.Module):
       raise ValueError(f"x must have shape (batch, height, width, channels), got {x.shape}")
     b, h, w, _ = x.shape
     # On (B·H·W, C) rows XLA:CPU fuses the bias and ReLU into the GEMM (not on 4D arrays).
-    y = self.lower(x.reshape(b * h * w, -1))
+    y = x.reshape(b * h * w, -1)
+    if self.lower is not None:
+      y = self.lower(y)
     if self.ham == "nmf":
       y = jax.nn.relu(y)
+    if "ham" in self.without:  # Ham Table 2 "- ham": the two breads alone
+      y = self.upper(y) if self.upper is not None else y
+      return jax.nn.relu(x + self.norm(y.reshape(b, h, w, -1)))
     d, s = y.shape[-1], self.groups
     # (B·H·W, S·d') -> (B·S, H·W, d'): group g holds channels [g·d', (g+1)·d').
     tokens = jnp.swapaxes(y.reshape(b, h * w, s, d // s), 1, 2).reshape(b * s, h * w, d // s)
@@ -147,6 +163,10 @@ class Hamburger(nnx.Module):
       new = old + self.online_momentum * (solved.astype(old.dtype) - old)
       self.bases[...] = new * jax.lax.rsqrt(
           jnp.maximum(jnp.sum(jnp.square(new), axis=1, keepdims=True), 1e-12))
+    if self.upper is None:  # Ham Table 2 "- upper bread": the reconstruction itself
+      recon = jnp.einsum("bnr,bdr->bnd", codes, bases.astype(codes.dtype))
+      recon = jnp.swapaxes(recon.reshape(b, s, h * w, d // s), 1, 2).reshape(b, h, w, d)
+      return jax.nn.relu(x + self.norm(recon.astype(x.dtype)))
     return jax.nn.relu(x + self.norm(self._upper_of_factors(bases, codes, (b, h, w))))
 
   def _upper_of_factors(self, bases, codes, grid):

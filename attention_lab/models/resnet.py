@@ -135,12 +135,20 @@ class ResNetBackbone(nnx.Module):
       min_key_dims_per_head, positional) for the 3×3 convs of stages 2-4.
     excite: squeeze-excitation on every residual branch.
     image_size: input (H, W) or side; only AA's relative tables depend on it.
+    stem: "standard" (7×7/2 conv-BN-ReLU to 64) or "deep" (the ResNet-D / PSPNet
+      stem of the Ham and mmseg segmentation backbones: 3×3/2 to 64, 3×3 to 64,
+      3×3 to 128, each conv-BN-ReLU), then the 3×3/2 max pool.
+    multi_grid: dilation multipliers of the last stage's blocks, cycled
+      (DeepLabV3 / HamNet (1, 2, 4): dilations 4, 8, 16 at output stride 8).
     dtype: compute dtype.
   """
 
   def __init__(self, *, depth: int, width: float = 1.0, output_stride: int = 32,
                in_channels: int = 3, augment: dict | None = None, excite: bool = False,
-               image_size: int | tuple[int, int] = 224, dtype=None, rngs: nnx.Rngs):
+               image_size: int | tuple[int, int] = 224, stem: str = "standard",
+               multi_grid: tuple[int, ...] = (1,), dtype=None, rngs: nnx.Rngs):
+    if stem not in ("standard", "deep"):
+      raise ValueError(f"stem must be 'standard' or 'deep', got {stem!r}")
     if depth not in STAGES:
       raise ValueError(f"depth must be one of {sorted(STAGES)}, got {depth!r}")
     if output_stride not in OUTPUT_STRIDES:
@@ -151,7 +159,14 @@ class ResNetBackbone(nnx.Module):
                        f"(AugmentedConv has no dilation), got {output_stride}")
     block = BasicBlock if depth in BASIC_DEPTHS else Bottleneck
     cin = _scaled(64, width)
-    self.stem = ConvBN(in_channels, cin, 7, 2, dtype=dtype, rngs=rngs)
+    if stem == "standard":
+      self.stem = ConvBN(in_channels, cin, 7, 2, dtype=dtype, rngs=rngs)
+    else:
+      self.stem = nnx.Sequential(
+          ConvBN(in_channels, cin, 3, 2, dtype=dtype, rngs=rngs),
+          ConvBN(cin, cin, 3, dtype=dtype, rngs=rngs),
+          ConvBN(cin, 2 * cin, 3, dtype=dtype, rngs=rngs))
+      cin = 2 * cin
     size = tuple(-(-s // 4) for s in _pair(image_size))  # after the stem and the max pool
     blocks = []
     for stage, (count, planes) in enumerate(zip(STAGES[depth], WIDTHS)):
@@ -160,7 +175,8 @@ class ResNetBackbone(nnx.Module):
       planes = _scaled(planes, width)
       for i in range(count):
         s = stride if i == 0 else 1
-        blocks.append(block(cin, planes, s, dilation, spatial=size, augment=options,
+        d = dilation * multi_grid[i % len(multi_grid)] if stage == 3 else dilation
+        blocks.append(block(cin, planes, s, d, spatial=size, augment=options,
                             excite=excite, dtype=dtype, rngs=rngs))
         cin, size = planes * block.expansion, tuple(-(-n // s) for n in size)
     self.blocks = nnx.List(blocks)

@@ -10,6 +10,16 @@ momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
 - "exponential": ×decay_factor every decay_every_epochs, staircase (MnasNet
   RMSProp);
 - "poly": (1 − t/T)^power (segmentation).
+
+Segmentation recipes (DeepLabV2, HamNet) add two optional fields:
+- decay_params: "kernels" (default: every parameter of rank ≥ 2, i.e. conv and
+  dense kernels, not biases or norm scales) or "conv_kernels" (rank-4 conv
+  kernels only, as the Ham reference's weight decay "on conv weights only");
+- head_lr_multiplier (default 1): the learning rate of every parameter outside
+  the top-level module `backbone_name` ("backbone") is multiplied by it
+  (DeepLabV2: classifier ×10), as a final masked optax.scale (SGD, RMSProp and
+  Adam updates are linear in the learning rate, so this equals a separate
+  learning rate per parameter group, weight decay included as in PyTorch).
 """
 
 import jax
@@ -47,19 +57,53 @@ def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformatio
   chain = []
   if cfg.get("grad_clip_norm"):
     chain.append(optax.clip_by_global_norm(cfg.grad_clip_norm))
+  decay_mask = _decay_mask(cfg.get("decay_params", "kernels"))
   if cfg.name == "sgd":
     if cfg.get("weight_decay"):
-      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=_kernel_mask))
+      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
     chain.append(optax.sgd(schedule, momentum=cfg.get("momentum") or None,
                            nesterov=cfg.get("nesterov", False)))
   elif cfg.name == "adamw":
     chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
-                             mask=_kernel_mask))
+                             mask=decay_mask))
   else:
     if cfg.get("weight_decay"):
-      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=_kernel_mask))
+      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
     chain.append(optax.rmsprop(schedule, decay=0.9, eps=1e-3, momentum=cfg.get("momentum", 0.9)))
+  multiplier = cfg.get("head_lr_multiplier", 1.0)
+  if multiplier != 1.0:
+    chain.append(optax.masked(optax.scale(multiplier),
+                              head_mask(cfg.get("backbone_name", "backbone"))))
   return optax.chain(*chain)
+
+
+DECAY_PARAMS = ("kernels", "conv_kernels")
+
+
+def _decay_mask(which: str):
+  if which not in DECAY_PARAMS:
+    raise ValueError(f"optimizer.decay_params must be one of {DECAY_PARAMS}, got {which!r}")
+  return _kernel_mask if which == "kernels" else _conv_kernel_mask
+
+
+def _conv_kernel_mask(params):
+  """Weight decay on 2D convolution kernels (rank 4) only."""
+  return jax.tree.map(lambda p: p.ndim == 4, params)
+
+
+def _key_name(entry) -> str:
+  for attribute in ("key", "name", "idx"):
+    if hasattr(entry, attribute):
+      return str(getattr(entry, attribute))
+  return str(entry)
+
+
+def head_mask(backbone_name: str = "backbone"):
+  """Mask function: True for parameters whose top-level module is not `backbone_name`."""
+  def mask(params):
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: not path or _key_name(path[0]) != backbone_name, params)
+  return mask
 
 
 def _kernel_mask(params):

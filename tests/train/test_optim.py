@@ -55,3 +55,27 @@ def test_optimizers_decay_kernels_only(name):
 def test_unknown_names():
   with pytest.raises(ValueError, match="optimizer.name"):
     optim.make_optimizer(_cfg(name="lamb", schedule="constant"), optax.constant_schedule(0.1))
+
+
+def test_conv_only_weight_decay_and_head_learning_rate_multiplier():
+  params = {"backbone": {"conv": np.ones((3, 3, 2, 2), np.float32),
+                         "bias": np.ones((2,), np.float32)},
+            "classifier": {"kernel": np.ones((1, 1, 2, 3), np.float32),
+                           "dense": np.ones((2, 3), np.float32)}}
+  zeros = {k: {n: np.zeros_like(v) for n, v in d.items()} for k, d in params.items()}
+  tx = optim.make_optimizer(_cfg(momentum=0.0, weight_decay=0.5, decay_params="conv_kernels",
+                                 head_lr_multiplier=10.0), optax.constant_schedule(0.1))
+  updates, _ = tx.update(zeros, tx.init(params), params)
+  # Zero gradients: the update is −lr·(lr multiplier)·wd·w on conv kernels, 0 elsewhere.
+  np.testing.assert_allclose(updates["backbone"]["conv"], -0.05)
+  np.testing.assert_allclose(updates["backbone"]["bias"], 0.0)
+  np.testing.assert_allclose(updates["classifier"]["kernel"], -0.5)
+  np.testing.assert_allclose(updates["classifier"]["dense"], 0.0)
+  grads = {k: {n: np.ones_like(v) for n, v in d.items()} for k, d in params.items()}
+  tx = optim.make_optimizer(_cfg(momentum=0.0, head_lr_multiplier=10.0),
+                            optax.constant_schedule(0.1))
+  updates, _ = tx.update(grads, tx.init(params), params)
+  np.testing.assert_allclose(updates["backbone"]["bias"], -0.1)
+  np.testing.assert_allclose(updates["classifier"]["dense"], -1.0, rtol=1e-6)
+  with pytest.raises(ValueError, match="decay_params"):
+    optim.make_optimizer(_cfg(decay_params="all"), optax.constant_schedule(0.1))

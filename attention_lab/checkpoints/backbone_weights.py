@@ -1,0 +1,104 @@
+"""Initialise a segmentation backbone from elsewhere (`config.init_from`), in place of its
+random initial values, keeping every array's sharding (multi-host safe).
+
+Sources:
+- a torchvision ResNet `.pth` / `.pt` file (a zip of pickled storages, read
+  without torch by checkpoints/torch_reader.py, mapped by
+  checkpoints/torchvision_resnet.py);
+- an orbax checkpoint of our classification task (e.g. configs/sanet or an
+  ImageNet ResNet run): a workdir, its `checkpoints/` folder or one step
+  folder; its `params["backbone"]` and `rest["backbone"]` (BatchNorm
+  statistics) are copied where our model has the same path and shape.
+Every backbone variable must be found, with its shape; otherwise ValueError
+names the first missing or mismatched one.
+"""
+
+import os
+
+import jax
+import numpy as np
+from absl import logging
+
+
+def _name(entry) -> str:
+  for attribute in ("key", "name", "idx"):
+    if hasattr(entry, attribute):
+      return str(getattr(entry, attribute))
+  return str(entry)
+
+
+def flatten(tree) -> dict[tuple[str, ...], np.ndarray]:
+  """{path as strings, without nnx's trailing "value": leaf} of any pytree."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    names = tuple(_name(p) for p in path)
+    if names and names[-1] == "value":
+      names = names[:-1]
+    out[names] = leaf
+  return out
+
+
+def _orbax_item(path: str) -> str:
+  """The item folder of the newest step under a workdir / checkpoints dir / step dir."""
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    path = os.path.join(path, "checkpoints")
+  steps = [int(d) for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
+  if steps:
+    path = os.path.join(path, str(max(steps)))
+  if os.path.isdir(os.path.join(path, "default")):
+    path = os.path.join(path, "default")
+  return path
+
+
+def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
+  """{("params" | "rest", "backbone", ...): numpy value} from a .pth file or orbax checkpoint."""
+  if not os.path.exists(path):
+    raise ValueError(f"init_from {path!r} does not exist")
+  if os.path.isfile(path):
+    from attention_lab.checkpoints import torch_reader, torchvision_resnet  # pylint: disable=g-import-not-at-top
+    converted = torchvision_resnet.convert(torch_reader.load_torch_state_dict(path))
+    return {(("rest" if k[-1] in ("mean", "var") else "params"), "backbone") + k: v
+            for k, v in converted.items()}
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  item = _orbax_item(path)
+  with ocp.PyTreeCheckpointer() as checkpointer:
+    tree = checkpointer.metadata(item)
+    tree = getattr(tree, "item_metadata", tree)
+    tree = getattr(tree, "tree", tree)
+    # numpy on the host: no device placement, the same on every process.
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    restored = checkpointer.restore(item, restore_args=restore_args)
+  return {k: np.asarray(v) for k, v in flatten(restored).items()
+          if len(k) > 1 and k[0] in ("params", "rest") and k[1] == "backbone"}
+
+
+def load_into(state, path: str):
+  """`state` with its backbone variables replaced by those at `path`, in their shardings."""
+  weights = read(path)
+  flat_state = {("params",) + k: v for k, v in flatten(state["params"]).items()}
+  flat_state.update({("rest",) + k: v for k, v in flatten(state["rest"]).items()})
+  wanted = {k for k, v in flat_state.items()
+            if k[1] == "backbone" and hasattr(v, "shape") and
+            np.issubdtype(np.dtype(v.dtype), np.floating)}
+  for key in sorted(wanted):
+    if key not in weights:
+      raise ValueError(f"init_from {path!r} has no {'/'.join(key[1:])} ({key[0]})")
+    if tuple(weights[key].shape) != tuple(flat_state[key].shape):
+      raise ValueError(f"init_from {path!r}: {'/'.join(key[1:])} has shape "
+                       f"{weights[key].shape}, our model {flat_state[key].shape}")
+  unused = sorted(set(weights) - wanted)
+  logging.info("init_from %s: %d backbone arrays loaded, %d unused", path, len(wanted),
+               len(unused))
+
+  def replace(prefix):
+    def fn(path_, leaf):
+      key = prefix + tuple(n for n in (_name(p) for p in path_) if n != "value")
+      if key not in wanted:
+        return leaf
+      value = weights[key].astype(leaf.dtype)
+      return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
+    return fn
+
+  params = jax.tree_util.tree_map_with_path(replace(("params",)), state["params"])
+  rest = jax.tree_util.tree_map_with_path(replace(("rest",)), state["rest"])
+  return {**state, "params": params, "rest": rest}

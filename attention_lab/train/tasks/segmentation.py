@@ -1,0 +1,279 @@
+"""Semantic segmentation: per-pixel softmax cross-entropy with an ignore label; whole-set mIoU.
+
+State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel),
+built by `config.model` with `num_classes` from the dataset (models/segmentation.py:
+`deeplab_v2`, `hamnet`, or `segmenter` with `head`).
+
+Loss: mean over labelled pixels (label ≠ 255) of softmax cross-entropy of the
+logits (upsampled to the input by the model), plus `aux_loss_weight` × the same
+loss of the auxiliary FCN head when that weight is positive (mmseg ADE20K
+HamNet: 0.4).
+
+Evaluation (data/segmentation.py pads every image to eval_size with label 255):
+one int32 confusion matrix (rows true, columns predicted) summed over the whole
+split, exact whatever the batch padding or device count; from it mIoU (the
+headline, `eval_miou`), per-class IoU (`eval_iou/<class>`), pixel accuracy and
+mean class accuracy (evaluation/segmentation.py). Predictions: softmax averaged
+over `config.eval.scales` (the padded canvas resized by each scale and the
+probabilities resized back) and, with `config.eval.flip`, the left-right
+flipped input; each forward pass on the whole canvas, or in sliding windows of
+`config.eval.window` pixels at stride `config.eval.stride` with the logits of
+overlapping windows averaged.
+
+Weights from elsewhere (`config.init_from`, on a fresh start): a torchvision
+ResNet `.pth` file (read without torch, mapped by name; checkpoints/) or an
+orbax checkpoint of our classification task (a workdir, its checkpoints/
+folder or one step folder); either fills the backbone's parameters and
+BatchNorm statistics.
+"""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from clu import metrics
+from jax.experimental import multihost_utils
+
+from attention_lab.checkpoints import backbone_weights
+from attention_lab.data import segmentation as data
+from attention_lab.evaluation import segmentation as evaluation
+from attention_lab.train import optim
+from attention_lab.train.tasks import base
+
+IGNORE = data.IGNORE
+
+
+@flax.struct.dataclass
+class ConfusionMatrix(metrics.Metric):
+  """A summed int32 confusion matrix (clu Metric; merge adds)."""
+
+  matrix: jax.Array
+
+  @classmethod
+  def from_model_output(cls, *, confusion, **_):
+    return cls(matrix=confusion)
+
+  def merge(self, other):
+    return type(self)(matrix=self.matrix + other.matrix)
+
+  def reduce(self):
+    return type(self)(matrix=self.matrix.sum(0) if self.matrix.ndim == 3 else self.matrix)
+
+  def compute(self):
+    return self.matrix
+
+
+@flax.struct.dataclass
+class TrainMetrics(metrics.Collection):
+  loss: metrics.Average.from_output("loss")
+  pixel_accuracy: metrics.Average.from_output("pixel_accuracy")
+
+
+@flax.struct.dataclass
+class EvalMetrics(metrics.Collection):
+  loss: metrics.Average.from_output("loss")
+  confusion: ConfusionMatrix
+
+
+def pixel_cross_entropy(logits, labels, ignore_label: int = IGNORE):
+  """(mean over labelled pixels, per-example mean, per-example count) of softmax CE."""
+  valid = labels != ignore_label
+  ce = optax.softmax_cross_entropy_with_integer_labels(
+      logits.astype(jnp.float32), jnp.where(valid, labels, 0)) * valid
+  count = valid.sum(axis=tuple(range(1, labels.ndim)))
+  per_example = ce.sum(axis=tuple(range(1, labels.ndim))) / jnp.maximum(count, 1)
+  return ce.sum() / jnp.maximum(valid.sum(), 1), per_example, count
+
+
+def palette(num_classes: int) -> np.ndarray:
+  """The PASCAL VOC colour map (bit-interleaved class index), (256, 3) uint8."""
+  colours = np.zeros((256, 3), np.uint8)
+  for k in range(256):
+    c, r, g, b = k, 0, 0, 0
+    for j in range(8):
+      r |= ((c >> 0) & 1) << (7 - j)
+      g |= ((c >> 1) & 1) << (7 - j)
+      b |= ((c >> 2) & 1) << (7 - j)
+      c >>= 3
+    colours[k] = (r, g, b)
+  del num_classes
+  return colours
+
+
+def overlay(image, labels, alpha: float = 0.5) -> np.ndarray:
+  """uint8 image (N, H, W, 3) with the class colours of `labels` blended in (255 untouched,
+  class 0 = background shown as the image)."""
+  colours = palette(256)[np.asarray(labels)]
+  blend = (1 - alpha) * image + alpha * colours
+  keep = ((labels == IGNORE) | (labels == 0))[..., None]
+  return np.where(keep, image, blend).round().astype(np.uint8)
+
+
+def _host(x) -> np.ndarray:
+  """A global array as numpy on every process: replicated → this process's copy; sharded
+  over processes → all-gathered (multi-host safe; np.asarray alone is not)."""
+  if not isinstance(x, jax.Array) or x.is_fully_addressable:
+    return np.asarray(x)
+  if x.sharding.is_fully_replicated:
+    return np.asarray(x.addressable_data(0))
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+class Segmentation(base.Task):
+  """One segmentation network, one optimizer; whole-set confusion-matrix metrics."""
+
+  headline = "miou"
+
+  def __init__(self, config, env):
+    super().__init__(config, env)
+    self.spec = data.dataset(config.dataset.name)
+    self.num_classes = self.spec.num_classes
+    self.aux_weight = float(config.get("aux_loss_weight", 0.0))
+    num_train = data.num_examples(config, config.dataset.train_split)
+    self.steps_per_epoch = max(1, num_train // config.batch_size)
+    self.total_steps = config.get("num_train_steps") or int(
+        config.num_epochs * self.steps_per_epoch)
+    self.schedule = optim.make_schedule(
+        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    extra = {"aux_head": True} if self.aux_weight > 0 else {}
+    self.net = base.TrainableModel(
+        lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs,
+                                       **extra),
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+    ev = config.get("eval", {})
+    self.eval_scales = tuple(ev.get("scales", (1.0,)))
+    self.eval_flip = bool(ev.get("flip", False))
+    self.eval_window = int(ev.get("window", 0))
+    self.eval_stride = int(ev.get("stride", 0)) or max(1, self.eval_window * 2 // 3)
+    if not self.eval_scales or min(self.eval_scales) <= 0:
+      raise ValueError(f"eval.scales must be positive numbers, got {self.eval_scales}")
+    self._jit_predict = None
+
+  def init_state(self):
+    return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
+
+  def model(self, state):
+    """The trained network in evaluation mode."""
+    return self.net.model(state, train=False)
+
+  # Training.
+  def train_step(self, state, batch):
+    labels = batch["label"]
+
+    def loss_fn(params):
+      model = self.net.model({**state, "params": params}, train=True)
+      if self.aux_weight > 0:
+        logits, aux = model(batch["image"], with_aux=True)
+        loss = pixel_cross_entropy(logits, labels)[0]
+        loss = loss + self.aux_weight * pixel_cross_entropy(aux, labels)[0]
+      else:
+        logits = model(batch["image"])
+        loss = pixel_cross_entropy(logits, labels)[0]
+      return loss, (base.non_params(model), logits)
+
+    (loss, (rest, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+    valid = labels != IGNORE
+    accuracy = jnp.sum((jnp.argmax(logits, -1) == labels) & valid) / jnp.maximum(valid.sum(), 1)
+    values = TrainMetrics.single_from_model_output(loss=loss, pixel_accuracy=accuracy)
+    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+
+  def train_batches(self, start_step):
+    return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
+                               start_step=start_step)
+
+  # Evaluation.
+  def _windows(self, model, x):
+    """Logits of the whole canvas, or averaged over sliding windows."""
+    h, w = x.shape[1:3]
+    size = self.eval_window
+    if not size or (size >= h and size >= w):
+      return model(x)
+
+    def starts(n):
+      if size >= n:
+        return [0]
+      s = list(range(0, n - size, self.eval_stride))
+      return s + [n - size]
+
+    total = jnp.zeros((*x.shape[:3], self.num_classes), jnp.float32)
+    count = jnp.zeros((1, h, w, 1), jnp.float32)
+    for i in starts(h):
+      for j in starts(w):
+        patch = x[:, i:i + size, j:j + size]
+        total = total.at[:, i:i + size, j:j + size].add(model(patch))
+        count = count.at[:, i:i + size, j:j + size].add(1.0)
+    return total / count
+
+  def predict(self, state, images):
+    """Class probabilities (B, H, W, classes): scales × flips averaged (see module doc)."""
+    model = self.model(state)
+    h, w = images.shape[1:3]
+    probs = jnp.zeros((*images.shape[:3], self.num_classes), jnp.float32)
+    for scale in self.eval_scales:
+      size = (max(1, round(h * scale)), max(1, round(w * scale)))
+      x = images if size == (h, w) else jax.image.resize(
+          images, (images.shape[0], *size, images.shape[3]), "bilinear")
+      for flip in ((False, True) if self.eval_flip else (False,)):
+        logits = self._windows(model, x[:, :, ::-1] if flip else x)
+        p = jax.nn.softmax(logits, axis=-1)
+        p = p[:, :, ::-1] if flip else p
+        if size != (h, w):
+          p = jax.image.resize(p, probs.shape, "bilinear")
+        probs = probs + p
+    return probs
+
+  def eval_step(self, state, batch):
+    probs = self.predict(state, batch["image"])
+    labels = jnp.where(batch["mask"][:, None, None], batch["label"], IGNORE)
+    confusion = evaluation.confusion_matrix(labels, jnp.argmax(probs, -1), self.num_classes)
+    valid = labels != IGNORE
+    nll = -jnp.log(jnp.take_along_axis(probs / len(self.eval_scales) / (2 if self.eval_flip
+                                                                        else 1),
+                                       jnp.where(valid, labels, 0)[..., None], -1)[..., 0]
+                   + 1e-12) * valid
+    count = valid.sum((1, 2))
+    per_example = nll.sum((1, 2)) / jnp.maximum(count, 1)
+    return EvalMetrics.single_from_model_output(loss=per_example, confusion=confusion,
+                                                mask=batch["mask"] & (count > 0))
+
+  def evaluate(self, state):
+    batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size)
+    total = self.evaluate_batches(state, self.eval_step, batches).compute()
+    confusion = _host(total["confusion"])
+    result = {"eval_loss": float(_host(total["loss"]))}
+    result.update({f"eval_{k}": v for k, v in
+                   evaluation.summary(confusion, list(self.spec.class_names)).items()})
+    return result
+
+  def image_summaries(self, state):
+    """The first few eval images: [image | ground truth | prediction], overlaid."""
+    count = int(self.config.get("num_summary_images", 4))
+    if count <= 0:
+      return {}
+    batch = next(data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
+                                   limit=count))
+    if self._jit_predict is None:
+      self._jit_predict = jax.jit(lambda s, x: jnp.argmax(self.predict(s, x), -1))
+    predicted = self._jit_predict(state, self.env.global_batch(batch)["image"])
+    predicted = _host(predicted)
+    n = min(count, int(batch["mask"].sum()))
+    mean, std = (np.asarray(v, np.float32) for v in self.spec.stats)
+    image = np.clip((batch["image"][:n] * std + mean) * 255, 0, 255)
+    label = batch["label"][:n]
+    panels = [image.round().astype(np.uint8), overlay(image, label),
+              overlay(image, np.where(label == IGNORE, IGNORE, predicted[:n]))]
+    return {"segmentation": np.concatenate(panels, axis=2)}
+
+  def learning_rates(self, step):
+    return {"learning_rate": float(self.schedule(step - 1))}
+
+  # Weights from elsewhere.
+  def from_pretrained(self, state):
+    path = self.config.get("init_from") or ""
+    if not path:
+      return state
+    return backbone_weights.load_into(state, path)
+
+
+TASK = Segmentation

@@ -1,0 +1,103 @@
+"""The segmentation task: `:tiny` through attention_lab.main, init_from an orbax classification
+checkpoint, the evaluation's windows / scales / flips, the overlay pictures."""
+
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+
+from attention_lab import models
+from attention_lab.train import tasks
+from attention_lab.train import trainer as trainer_lib
+from attention_lab.train.tasks import base
+from attention_lab.train.tasks import segmentation as seg_task
+from configs.segmentation import default
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_tiny_preset_through_main(tmp_path):
+  workdir = tmp_path / "workdir"
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  result = subprocess.run(
+      [sys.executable, "-m", "attention_lab.main",
+       "--config=configs/segmentation/default.py:tiny", f"--workdir={workdir}",
+       "--config.model.head=hamburger"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  final = dict(re.findall(r"([\w/]+)=([\d.na]+)", result.stdout.split("Final:")[-1]))
+  assert 0.0 <= float(final["eval_miou"]) <= 1.0
+  assert 0.0 <= float(final["eval_pixel_accuracy"]) <= 1.0
+  assert "eval_iou/background" in final and "eval_mean_class_accuracy" in final
+  images = os.listdir(workdir / "images")
+  assert images and images[0].startswith("segmentation_")
+
+
+def _task(tmp_path, **overrides):
+  config = default.get_config("tiny")
+  for key, value in overrides.items():
+    config[key] = value
+  mesh = trainer_lib.make_mesh(config)
+  return tasks.create(config, base.Environment(mesh, str(tmp_path), config.batch_size))
+
+
+def test_init_from_our_classification_checkpoint(tmp_path):
+  """A classification ResNet's backbone (our orbax checkpoint) initialises the segmenter's."""
+  task = _task(tmp_path)
+  m = task.config.model
+  net = base.TrainableModel(lambda rngs: models.create(
+      "resnet50", num_classes=10, depth=m.depth, width=m.width, rngs=rngs), optax.sgd(0.1), 3)
+  source = {"step": jnp.zeros((), jnp.int32), **net.init()}
+  # Non-default batch statistics, so copying them is visible.
+  source["rest"] = jax.tree.map(lambda x: x + 0.5, source["rest"])
+  with ocp.CheckpointManager(str(tmp_path / "cls" / "checkpoints")) as manager:
+    manager.save(7, args=ocp.args.StandardSave(trainer_lib._storable(source)))  # pylint: disable=protected-access
+  task.config.init_from = str(tmp_path / "cls")
+  state = task.init_state()
+  loaded = task.from_pretrained(state)
+  from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
+  ours = backbone_weights.flatten({"params": loaded["params"], "rest": loaded["rest"]})
+  theirs = backbone_weights.flatten({"params": source["params"], "rest": source["rest"]})
+  backbone = [k for k in ours if k[1] == "backbone"]
+  assert len(backbone) > 20
+  for key in backbone:
+    np.testing.assert_array_equal(ours[key], theirs[key])
+  head = [k for k in ours if k[1] != "backbone" and k[0] == "params"]
+  before = backbone_weights.flatten({"params": state["params"]})
+  assert all(np.array_equal(ours[k], before[k]) for k in head)
+
+
+def test_sliding_windows_scales_and_flips_of_a_pixelwise_model(tmp_path):
+  """For a per-pixel model every evaluation mode gives the whole-canvas probabilities."""
+  task = _task(tmp_path)
+  w = jax.random.normal(jax.random.key(0), (3, task.num_classes))
+  task.model = lambda state: (lambda x: x @ w)
+  images = jax.random.normal(jax.random.key(1), (2, 13, 17, 3))
+  whole = jax.nn.softmax(images @ w, -1)
+  task.eval_window, task.eval_stride, task.eval_flip = 6, 4, True
+  np.testing.assert_allclose(task.predict(None, images) / 2, whole, rtol=1e-5, atol=1e-6)
+  task.eval_window, task.eval_scales, task.eval_flip = 0, (1.0, 2.0), False
+  probs = task.predict(None, images) / 2
+  assert probs.shape == whole.shape
+  np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_loss_ignores_label_255_and_overlay():
+  logits = jnp.array([[[[2.0, 0.0], [0.0, 5.0]]]])  # (1, 1, 2, 2)
+  labels = jnp.array([[[0, 255]]])
+  loss, per_example, count = seg_task.pixel_cross_entropy(logits, labels)
+  assert float(loss) == pytest.approx(float(optax.softmax_cross_entropy_with_integer_labels(
+      logits[0, 0, 0], jnp.array(0))))
+  assert int(count[0]) == 1 and float(per_example[0]) == pytest.approx(float(loss))
+  image = np.full((1, 2, 2, 3), 100.0)
+  out = seg_task.overlay(image, np.array([[[0, 1], [255, 2]]]))
+  assert out.dtype == np.uint8 and out.shape == (1, 2, 2, 3)
+  assert (out[0, 0, 0] == 100).all() and (out[0, 1, 0] == 100).all()
+  assert not (out[0, 0, 1] == 100).all()

@@ -1,0 +1,36 @@
+"""Every segmentation paper config: its `:cpu` preset trains two steps; its recipe fields."""
+
+import pytest
+
+from attention_lab.train.trainer import Trainer
+from configs.hamburger import ade20k_hamnet, voc_hamnet
+from configs.kanet import voc_deeplab
+from configs.segmentation import default
+
+CONFIGS = {"default": default, "voc_deeplab": voc_deeplab, "voc_hamnet": voc_hamnet,
+           "ade20k_hamnet": ade20k_hamnet}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cpu_preset_trains_two_steps(tmp_path, name):
+  config = CONFIGS[name].get_config("cpu")
+  trainer = Trainer(config, str(tmp_path / "workdir"))
+  trainer.run(until_step=2)
+  assert int(trainer.state["step"]) == 2
+
+
+def test_paper_recipes():
+  deeplab = voc_deeplab.get_config()
+  assert deeplab.model.rates == (6, 12, 18, 24) and deeplab.optimizer.head_lr_multiplier == 10
+  assert (deeplab.dataset.crop_size, deeplab.dataset.eval_size, deeplab.batch_size) == (321, 513,
+                                                                                         10)
+  assert deeplab.dataset.train_split == "train_aug" and deeplab.num_train_steps == 20_000
+  ham = voc_hamnet.get_config()
+  assert (ham.model.stem, ham.model.multi_grid, ham.model.rank) == ("deep", (1, 2, 4), 64)
+  assert ham.optimizer.learning_rate == 9e-3 and ham.optimizer.decay_params == "conv_kernels"
+  ablation = voc_hamnet.get_config("ablation")
+  assert (ablation.model.depth, ablation.model.output_stride, ablation.batch_size) == (50, 16, 12)
+  ade = ade20k_hamnet.get_config()
+  assert ade.aux_loss_weight == 0.4 and ade.num_train_steps == 160_000
+  with pytest.raises(ValueError, match="preset"):
+    voc_hamnet.get_config("gpu")
