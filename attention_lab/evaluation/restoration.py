@@ -117,7 +117,7 @@ def normalize_minmse(x, target):
 
   α = cov(x, target) / (var(x) + 1e-10), β = mean(target) − α·mean(x).
   """
-  x, target = _pair(x, target)[::-1]
+  x, target = _pair(x, target)
   xc = x - x.mean()
   var = np.mean(xc * xc)
   alpha = np.mean(xc * (target - target.mean())) / (var + 1e-10)

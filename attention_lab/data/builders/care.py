@@ -98,19 +98,21 @@ class Care(tfds.core.GeneratorBasedBuilder):
     test_root = os.path.join(root, "test_data")
     conditions = sorted(d for d in os.listdir(test_root)
                         if d != GT and os.path.isdir(os.path.join(test_root, d)))
-    splits = {"train": self._generate_training(npz)}
+    splits = {"train": self._generate_examples(npz)}
     for condition in conditions:
-      splits[f"test_{condition}"] = self._generate_test(test_root, condition)
+      splits[f"test_{condition}"] = self._generate_examples(test_root, condition)
     return splits
 
-  def _generate_training(self, npz):
-    x, y = read_training_npz(npz)
-    for i in range(len(x)):
-      yield i, {"input": x[i], "target": y[i], "name": f"patch_{i}"}
-
-  def _generate_test(self, test_root, condition):
+  def _generate_examples(self, path, condition=None):
+    """The npz patches (condition None) or the TIFF pairs of test_data/<condition>."""
+    if condition is None:
+      x, y = read_training_npz(path)
+      for i in range(len(x)):
+        yield i, {"input": x[i], "target": y[i], "name": f"patch_{i}"}
+      return
     import tifffile  # pylint: disable=g-import-not-at-top
 
+    test_root = path
     folder = os.path.join(test_root, condition)
     for name in sorted(os.listdir(folder)):
       if not name.lower().endswith((".tif", ".tiff")):
