@@ -9,7 +9,8 @@ Training: random patches (data/restoration.py), per-pixel loss `config.loss`:
 
 Evaluation (`evaluate`): every eval image or volume is predicted whole, tile
 by tile (evaluation/tiling.py: `config.evaluation.tile_size`, `tile_overlap`;
-memory bounded by the tile; windows split over processes and devices), then
+memory bounded by the tile; windows split over processes and devices;
+optionally only `max_examples` images, centre-cropped to `crop_size`), then
 scored on the host in float64 under `config.evaluation.protocol`
 (evaluation/restoration.py: "care" = percentile-normalised target, min-MSE
 affine rescaling of the prediction, data_range 1 — the CARE protocol behind
@@ -160,12 +161,27 @@ class Restoration(base.Task):
         protocol=cfg.protocol, data_range=cfg.get("data_range", 1.0),
         percentiles=tuple(cfg.get("percentiles", (0.1, 99.9))))
 
-  def evaluate(self, state):
-    limit = self.config.evaluation.get("max_examples", 0)
-    sums, count = {}, 0
+  def eval_examples(self):
+    """(input, target) pairs of the eval split: at most evaluation.max_examples (0: all),
+    centre-cropped to evaluation.crop_size in the target's spatial axes when set."""
+    cfg = self.config.evaluation
+    limit, crop = cfg.get("max_examples", 0), tuple(cfg.get("crop_size", ()) or ())
+    if crop and len(crop) != self.info.target_rank:
+      raise ValueError(f"evaluation.crop_size must have {self.info.target_rank} sides, got "
+                       f"{crop}")
     for index, (image, target, _) in enumerate(data.eval_examples(self.config)):
       if limit and index >= limit:
         break
+      if crop:
+        starts = [max(0, (s - c) // 2) for s, c in zip(target.shape[:-1], crop)]
+        window = tuple(slice(a, a + c) for a, c in zip(starts, crop))
+        lead = (slice(None),) * (self.info.input_rank - self.info.target_rank)
+        image, target = image[lead + window], target[window]
+      yield image, target
+
+  def evaluate(self, state):
+    sums, count = {}, 0
+    for index, (image, target) in enumerate(self.eval_examples()):
       prediction = self.predict(state, image)
       baseline = self._baseline(image)
       for prefix, guess in (("", prediction), ("input_", baseline)):
@@ -189,7 +205,7 @@ class Restoration(base.Task):
     Sides above 512 are centre-cropped.
     """
     if self._picture is None:
-      image, target, _ = next(iter(data.eval_examples(self.config)))
+      image, target = next(iter(self.eval_examples()))
       self._picture = (self._baseline(image), self.predict(state, image), target)
     return {"restoration": restoration_picture(*self._picture, self.config.evaluation)}
 
