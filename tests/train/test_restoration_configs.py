@@ -4,8 +4,12 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
+from flax import nnx
 
+from attention_lab import models
+from attention_lab.train.tasks import restoration
 from attention_lab.train.trainer import Trainer
 from configs.restoration import default
 from configs.sanet import care_flywing, care_planaria, care_tribolium
@@ -36,9 +40,16 @@ def test_cpu_preset_trains_two_steps(tmp_path, tfds_dir, name):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_table7_columns_by_override(name):
-  for attention in ("none", "softmax", "siamese"):
+  counts = {}
+  for attention in ("none", "softmax", "siamese"):  # U-Net, U-Net+Attn, U-Net+SAO
     config = CONFIGS[name].get_config()
     config.model.attention = attention
+    kwargs = restoration._model_kwargs(config.model)
+    model = nnx.eval_shape(lambda: models.create(  # pylint: disable=cell-var-from-loop
+        config.model.name, num_classes=1, in_channels=1, rngs=nnx.Rngs(0), **kwargs))
+    counts[attention] = sum(p.size for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  # attention adds q, k, v maps in the bottom and decoder blocks; SAO adds w on top
+  assert counts["none"] < counts["softmax"] < counts["siamese"]
   config = CONFIGS[name].get_config()
   if name != "default":
     assert (config.batch_size, config.optimizer.learning_rate) == (16, 4e-4)
