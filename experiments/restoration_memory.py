@@ -30,6 +30,8 @@ _CHUNKS = flags.DEFINE_list("chunks", ["256", "1024"], "Query chunk sizes for so
 _BATCH = flags.DEFINE_integer("batch", 16, "Batch size.")
 PATCH = (16, 64, 64)
 RESULTS = pathlib.Path(__file__).parent / "results"
+NOTE = (  # from the measured table (see the results file); update when it changes
+    "\nWithout chunks the top level's logits alone would be 16·4·65,536² float32 = 1 TiB. With chunks of c queries, U-Net+Attn's temporaries grow as ≈ 1.75 GiB + c·0.067-0.080 GiB: a chunk's logits are 16·4·c·65,536·4 B = c·0.0156 GiB and the step holds about five such arrays (logits, softmax, their gradients), one chunk at a time. U-Net+SAO needs 1.44× the plain U-Net's temporaries, U-Net+Attn 3.9× (c = 64) to 39× (c = 1,024). configs/sanet/care_*.py use c = 256 (18.9 GiB: a 24 GB GPU or larger).\n")
 
 
 def step_memory(attention: str, chunk: int | None, batch: int) -> dict:
@@ -79,7 +81,7 @@ def main(argv):
       "float32) on XLA:CPU, one device. U-Net+Attn's top decoder level attends over "
       "N = 65,536 voxels; its logits exist one query chunk at a time.\n\n"
       f"Machine: {platform.machine()}, jax {jax.__version__}.\n\n")
-  (RESULTS / "restoration_memory.md").write_text(header + "\n".join(lines) + "\n")
+  (RESULTS / "restoration_memory.md").write_text(header + "\n".join(lines) + "\n" + NOTE)
   (RESULTS / "restoration_memory.json").write_text(json.dumps(rows, indent=1))
 
 

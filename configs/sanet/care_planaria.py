@@ -30,8 +30,9 @@ PercentileNormalizer, as for prediction), predicted whole in 32×128×128 tiles
 with 8×32×32 voxels of overlap; the ground truth is normalised by its 0.1 /
 99.9 percentiles, the prediction affinely rescaled to minimal MSE
 (`normalize_minmse`), then PSNR / SSIM (data_range 1, 7×7×7 window) and NRMSE
-(= RMSE) per stack, averaged over the stacks. Hardware: one ≥ 40 GB GPU or a
-TPU slice (memory: experiments/results/restoration_memory.md).
+(= RMSE) per stack, averaged over the stacks. Hardware: one ≥ 24 GB GPU or a
+TPU slice (U-Net+Attn's train step needs 18.9 GiB of XLA temporaries at
+query chunks of 256, U-Net+SAO 2.5 GiB: experiments/results/restoration_memory.md).
 
 Presets: `:cpu` trains the same 3D U-Net, narrow, on SYNTHETIC volumes
 (`synthetic_volumes/denoising`, seeded Gaussian blobs with Poisson-Gaussian

@@ -13,7 +13,7 @@ Data (Table 10): CARE's Denoising_Tribolium: 14,725 training patches
 paper does not name the condition). Model, training (Adam 4e-4, batch 16,
 200 epochs = 184,000 steps, L1) and the CARE evaluation protocol exactly as
 configs/sanet/care_planaria.py, whose docstring gives the details.
-Hardware: one ≥ 40 GB GPU or a TPU slice.
+Hardware: one ≥ 24 GB GPU or a TPU slice.
 
 Presets: `:cpu` / `:tiny` as care_planaria (SYNTHETIC volumes, not Tribolium).
 """
