@@ -10,7 +10,7 @@ chelsea; never trained on). Model: `unet2d` (CARE U-Net, depth 3, 16 maps at
 the first level, residual) with attention in the bottom and decoder blocks
 as in SAO Table 7: "none" (U-Net), "softmax" (U-Net+Attn, query-chunked) or
 "siamese" (U-Net+SAO). L1 loss (CARE's "mae"), Adam 1e-3 with cosine decay
-over 400 steps (the SAO appendix's 4e-4 is for 100-200 epochs; a CPU run is
+over 300 steps (the SAO appendix's 4e-4 is for 100-200 epochs; a CPU run is
 short), batch 16 random 32×32 patches with flips/rotations (small patches
 keep the softmax attention at full resolution, N = 1,024, affordable on a CPU).
 
@@ -62,7 +62,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.loss = "mae"
   config.batch_size = 16
   config.num_epochs = 0
-  config.num_train_steps = 400
+  config.num_train_steps = 300
 
   config.optimizer = ml_collections.ConfigDict()
   config.optimizer.name = "adam"
@@ -86,8 +86,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.mesh.param_sharding = "replicated"
 
   config.log_every_steps = 50
-  config.eval_every_steps = 400
-  config.checkpoint_every_steps = 200
+  config.eval_every_steps = 300
+  config.checkpoint_every_steps = 150
   config.keep_checkpoints = 2
 
   if preset == "cpu":
