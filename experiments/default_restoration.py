@@ -38,6 +38,7 @@ KEYS = ("eval_input_psnr", "eval_psnr", "eval_psnr_gain", "eval_input_ssim", "ev
 def main(argv):
   del argv
   runs = {}
+  load_start = open("/proc/loadavg").read().split()[:3]
   for attention in _ATTENTIONS.value:
     workdir = pathlib.Path(_ROOT.value) / attention
     shutil.rmtree(workdir, ignore_errors=True)
@@ -74,7 +75,10 @@ def main(argv):
       "held-out photos (camera, coins, chelsea), predicted whole in 64×64 tiles, "
       "'plain' protocol (data_range 1). Wall time: the whole `attention_lab.main` process. "
       f"Goal: gain ≥ 5 dB in ≤ 600 s.\n\nMachine: {platform.processor() or platform.machine()}, "
-      f"{jax.device_count()} JAX CPU device(s), jax {jax.__version__}. {_NOTE.value}\n\n")
+      f"{jax.device_count()} JAX CPU device(s), jax {jax.__version__}. Load average (1/5/15 "
+      f"min) at the start {'/'.join(load_start)}, at the end "
+      f"{'/'.join(open('/proc/loadavg').read().split()[:3])} (2 cores; a load above 2 means "
+      f"the machine was shared with other jobs and wall times are inflated). {_NOTE.value}\n\n")
   (RESULTS / "default_restoration.md").write_text(header + "\n".join(rows) + "\n")
   (RESULTS / "default_restoration.json").write_text(json.dumps(runs, indent=1))
   print((RESULTS / "default_restoration.md").read_text())
