@@ -25,6 +25,8 @@ setuptools.setup(
         "tensorboard>=2.20",
         "scikit-learn>=1.5",
         "matplotlib>=3.9",
+        "scikit-image>=0.24",  # restoration_photos (bundled photos) and SSIM references
+        "tifffile>=2024.1",  # CARE test stacks
         "numpy>=2.0",
     ],
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},

@@ -32,10 +32,22 @@ SAO costs O(N).
 
 Spatial sizes must be divisible by 2^(depth−1) (ValueError otherwise): pad
 or crop the input, as CARE does, rather than letting the skips misalign.
-SAO Table 7's projection model (a 3D→2D encoder in front of a 2D U-Net) is
-not built here; `unet2d` is its 2D U-Net.
+
+SAO Table 7's projection model (Flywing, 3D stack → 2D image) is
+`unet_projection`: the SAO appendix says only "a decoder-encoder
+architecture that reduces 3D images into 2D tensors and a 2D U-Net", so
+the 3D→2D part follows CARE's projection network (csbdeep
+`ProjectionCARE._build`, its defaults): `proj_depth` = 4 levels of one 3×3×3
+conv (8 maps, ReLU) + 1×2×2 max pooling (XY only), one conv in the middle,
+4 levels of 1×2×2 nearest upsampling + one conv, no skips, a linear 3×3×3
+conv to one map, a softmax over Z of it, and the input stack summed over Z
+with those weights (a learned surface projection). The 2D U-Net is `UNet`
+above (residual, attention in the bottom and decoder blocks, depth 3 as the
+paper's denoising U-Net; CARE's own projection example uses a 2D CARE U-Net
+too). Y and X must be divisible by 2^proj_depth and by 2^(depth−1).
 """
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -155,6 +167,61 @@ class UNet(nnx.Module):
       y = decoder(jnp.concatenate([y, skip.astype(y.dtype)], axis=-1))
     y = self.out(y).astype(jnp.float32)
     return y + x.astype(jnp.float32) if self.residual else y
+
+
+class ProjectionUNet(nnx.Module):
+  """(B, Z, Y, X, C) stack → (B, Y, X, num_classes): CARE surface projection, then a 2D U-Net.
+
+  Args:
+    num_classes: output channels.
+    in_channels: input channels (C).
+    proj_depth, proj_features, proj_kernel: the projection network's poolings,
+      conv width and kernel side (CARE defaults 4, 8, 3).
+    **unet_kwargs: the 2D U-Net's arguments (attention, features, depth, ...).
+  Cost: the projection network is O(Z·Y·X·proj_features·27) per layer; the
+  softmax over Z is O(Z·Y·X); the 2D U-Net sees one Y×X image.
+  """
+
+  def __init__(self, *, num_classes: int, in_channels: int = 1, proj_depth: int = 4,
+               proj_features: int = 8, proj_kernel: int = 3, dtype=None, rngs: nnx.Rngs,
+               **unet_kwargs):
+    if proj_depth < 0:
+      raise ValueError(f"proj_depth must be >= 0, got {proj_depth}")
+    kernel = (proj_kernel,) * 3
+    conv = lambda cin, cout: nnx.Conv(cin, cout, kernel, dtype=dtype, rngs=rngs)
+    self.proj_depth, self.in_channels = proj_depth, in_channels
+    self.down = nnx.List([conv(in_channels if i == 0 else proj_features, proj_features)
+                          for i in range(proj_depth)])
+    self.middle = conv(in_channels if proj_depth == 0 else proj_features, proj_features)
+    self.up = nnx.List([conv(proj_features, proj_features) for _ in range(proj_depth)])
+    self.weights = conv(proj_features, 1)
+    self.unet = UNet(num_classes=num_classes, spatial_rank=2, in_channels=in_channels,
+                     dtype=dtype, rngs=rngs, **unet_kwargs)
+
+  def project(self, x):
+    """(B, Z, Y, X, C) → (B, Y, X, C): Σ_z softmax_z(f(x))·x (CARE's learned projection)."""
+    if x.ndim != 5 or x.shape[-1] != self.in_channels:
+      raise ValueError(f"x must have shape (batch, Z, Y, X, {self.in_channels}), got {x.shape}")
+    multiple = 2**self.proj_depth
+    if x.shape[2] % multiple or x.shape[3] % multiple:
+      raise ValueError(f"Y and X of x must be divisible by 2^proj_depth = {multiple}, got "
+                       f"{x.shape[2:4]}; pad or crop the input")
+    y = x
+    for conv in self.down:
+      y = nnx.max_pool(nnx.relu(conv(y)), (1, 2, 2), (1, 2, 2))
+    y = nnx.relu(self.middle(y))
+    for conv in self.up:
+      y = nnx.relu(conv(jnp.repeat(jnp.repeat(y, 2, axis=2), 2, axis=3)))
+    weights = jax.nn.softmax(self.weights(y).astype(jnp.float32), axis=1)  # over Z
+    return jnp.sum(weights * x.astype(jnp.float32), axis=1)
+
+  def __call__(self, x):
+    return self.unet(self.project(x))
+
+
+@register("unet_projection")
+def unet_projection(*, num_classes, rngs, **overrides):
+  return ProjectionUNet(num_classes=num_classes, rngs=rngs, **overrides)
 
 
 @register("unet2d")

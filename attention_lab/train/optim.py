@@ -1,6 +1,7 @@
 """optax optimizers and the learning-rate schedules the papers used, selected by config.
 
-config.optimizer fields: name ("sgd" | "adamw" | "rmsprop"), learning_rate (peak),
+config.optimizer fields: name ("sgd" | "adam" | "adamw" | "rmsprop"), learning_rate (peak),
+b1, b2 (Adam; default 0.9, 0.999 — CARE trains with Keras Adam at these),
 momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
 - "constant";
 - "step": ×decay_factor at each of decay_epochs, after warmup_epochs of linear
@@ -26,7 +27,7 @@ import jax
 import optax
 
 SCHEDULES = ("constant", "step", "cosine", "exponential", "poly")
-OPTIMIZERS = ("sgd", "adamw", "rmsprop")
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 
 
 def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
@@ -63,6 +64,10 @@ def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformatio
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
     chain.append(optax.sgd(schedule, momentum=cfg.get("momentum") or None,
                            nesterov=cfg.get("nesterov", False)))
+  elif cfg.name == "adam":
+    if cfg.get("weight_decay"):
+      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=_kernel_mask))
+    chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999)))
   elif cfg.name == "adamw":
     chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
                              mask=decay_mask))

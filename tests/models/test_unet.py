@@ -68,3 +68,26 @@ def test_bad_arguments_raise():
                            ({"kernel_size": 4}, "kernel_size")):
     with pytest.raises(ValueError, match=match):
       model_stats.build_abstract("unet2d", 1, **overrides)
+
+
+def test_projection_unet_is_a_softmax_weighted_z_average_then_a_2d_unet():
+  model = create_tiny("unet_projection", num_classes=1, features=4, depth=2, proj_depth=2,
+                      proj_features=2)
+  stack = jax.random.uniform(jax.random.key(0), (2, 5, 8, 12, 1))
+  projected = model.project(stack)
+  assert projected.shape == (2, 8, 12, 1)
+  # a convex combination over Z: between the min and max of each column; constant stays put
+  assert bool(jnp.all(projected <= stack.max(axis=1) + 1e-6))
+  assert bool(jnp.all(projected >= stack.min(axis=1) - 1e-6))
+  constant = jnp.full((1, 5, 8, 12, 1), 0.7)
+  np.testing.assert_allclose(model.project(constant), 0.7, rtol=1e-6)
+  np.testing.assert_allclose(model(stack), model.unet(projected), rtol=1e-6)
+  # CARE's projection network by default: 4 down, 1 middle, 4 up 3×3×3 convs with 8 maps,
+  # then a linear 3×3×3 conv to the one map of Z weights
+  total, _ = model_stats.count_params(model_stats.build_abstract(
+      "unet_projection", 1, features=4, depth=2))
+  unet, _ = model_stats.count_params(model_stats.build_abstract("unet2d", 1, features=4,
+                                                                 depth=2))
+  assert total - unet == _conv(27, 1, 8) + 8 * _conv(27, 8, 8) + _conv(27, 8, 1)
+  with pytest.raises(ValueError, match="divisible by 2\\^proj_depth"):
+    model(jnp.zeros((1, 5, 6, 12, 1)))

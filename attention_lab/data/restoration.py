@@ -1,0 +1,168 @@
+"""Restoration data: (input, target) pairs from TFDS, training patches, full test images.
+
+config.dataset fields:
+  name: "restoration_photos" (2D, embedded), "synthetic_volumes/denoising",
+    "synthetic_volumes/projection" (3D, synthetic, embedded) or "care/planaria",
+    "care/tribolium", "care/flywing" (manual_dir, see data/builders/care.py).
+  data_dir: TFDS directory ("" = default); manual_dir: the CARE folder.
+  train_split, eval_split: e.g. "train" / "test" (CARE: "test_condition_1").
+  patch_size: the input patch (spatial) cut at a random place from every
+    training example (a CARE patch of exactly that size is taken whole, as
+    SAO Table 10's 16×64×64 / 50×64×64 patches are); a projection target is
+    cut at the same Y, X.
+  augment: random flips of every spatial axis but the first of 3D inputs
+    (Y, X) and 90° rotations in (Y, X) when square (False: CARE's default).
+  input_percentiles: (low, high) or None: evaluation inputs are normalised
+    (x − p_low)/(p_high − p_low) before prediction, as CSBDeep's
+    `PercentileNormalizer(1, 99.8)` does for CARE test stacks (the training
+    patches of the CARE npz are already normalised that way).
+  shuffle_buffer.
+
+The training stream is a pure function of (seed, step), resumable exactly
+(`skip(start_step)`), and each process reads its own slice of the split.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from attention_lab.data.builders.care import Care
+from attention_lab.data.builders.photos import RestorationPhotos
+from attention_lab.data.builders.synthetic_volumes import SyntheticVolumes
+
+_EMBEDDED = {"restoration_photos": RestorationPhotos, "synthetic_volumes": SyntheticVolumes}
+NAMES = ("restoration_photos", "synthetic_volumes/denoising", "synthetic_volumes/projection",
+         "care/planaria", "care/tribolium", "care/flywing")
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorationInfo:
+  input_rank: int  # spatial rank of the input (2 or 3)
+  target_rank: int  # spatial rank of the target (input_rank, or input_rank − 1: projection)
+  channels: int
+  num_train_examples: int
+  num_eval_examples: int
+
+
+def get_builder(config) -> tfds.core.DatasetBuilder:
+  """The TFDS builder of config.dataset.name, prepared (embedded data is generated locally)."""
+  name = config.dataset.name
+  if name not in NAMES:
+    raise ValueError(f"dataset.name must be one of {NAMES}, got {name!r}")
+  family, _, variant = name.partition("/")
+  data_dir = config.dataset.get("data_dir") or None
+  if family in _EMBEDDED:
+    builder = _EMBEDDED[family](data_dir=data_dir, **({"config": variant} if variant else {}))
+    builder.download_and_prepare()
+    return builder
+  manual_dir = config.dataset.get("manual_dir") or None
+  builder = Care(config=variant, data_dir=data_dir)
+  if manual_dir is None and not builder.is_prepared():
+    raise ValueError(f"dataset.manual_dir must name the unpacked CARE folder for {name!r} "
+                     "(see attention_lab/data/builders/care.py)")
+  builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  return builder
+
+
+def dataset_info(config) -> RestorationInfo:
+  builder = get_builder(config)
+  features = builder.info.features
+  splits = builder.info.splits
+  for field in ("train_split", "eval_split"):
+    if config.dataset[field] not in splits:
+      raise ValueError(f"dataset.{field} must be one of {sorted(splits)}, got "
+                       f"{config.dataset[field]!r}")
+  rank_in = len(features["input"].shape) - 1
+  rank_out = len(features["target"].shape) - 1
+  channels = features["input"].shape[-1]
+  if channels is None:  # CARE: read one example
+    example = next(iter(builder.as_dataset(split=config.dataset.train_split).take(1)))
+    channels = int(example["input"].shape[-1])
+  return RestorationInfo(rank_in, rank_out, channels,
+                         splits[config.dataset.train_split].num_examples,
+                         splits[config.dataset.eval_split].num_examples)
+
+
+def _crop_pair(example, patch, seed):
+  """Random `patch` (input spatial size) of input and the aligned region of the target."""
+  x, y = example["input"], example["target"]
+  rank_in, rank_out = len(patch), len(y.shape) - 1
+  shape = tf.shape(x)[:rank_in]
+  patch_t = tf.constant(patch, tf.int32)
+  limit = tf.maximum(shape - patch_t + 1, 1)
+  offsets = tf.cast(tf.floor(tf.random.stateless_uniform([rank_in], seed) *
+                             tf.cast(limit, tf.float32)), tf.int32)
+  offsets = tf.minimum(offsets, limit - 1)
+  x = tf.slice(x, tf.concat([offsets, [0]], 0), tf.concat([patch_t, [-1]], 0))
+  drop = rank_in - rank_out  # projection: the target lacks the first spatial axis
+  y = tf.slice(y, tf.concat([offsets[drop:], [0]], 0), tf.concat([patch_t[drop:], [-1]], 0))
+  x = tf.ensure_shape(x, list(patch) + [None])
+  y = tf.ensure_shape(y, list(patch[drop:]) + [None])
+  return x, y
+
+
+def _augment(x, y, seed):
+  """Random flips of the last two spatial axes and, for square patches, 90° rotations."""
+  r = tf.random.stateless_uniform([3], seed)
+  ax_x, ax_y = len(x.shape) - 3, len(y.shape) - 3  # the Y axis of each (X follows)
+  for i, offset in ((0, 0), (1, 1)):
+    flip = r[i] < 0.5
+    x = tf.cond(flip, lambda: tf.reverse(x, [ax_x + offset]), lambda: x)
+    y = tf.cond(flip, lambda: tf.reverse(y, [ax_y + offset]), lambda: y)
+  if x.shape[ax_x] == x.shape[ax_x + 1]:
+    swap = lambda t, a: tf.transpose(t, [*range(a), a + 1, a, *range(a + 2, len(t.shape))])
+    rotate = r[2] < 0.5
+    x = tf.cond(rotate, lambda: swap(x, ax_x), lambda: x)
+    y = tf.cond(rotate, lambda: swap(y, ax_y), lambda: y)
+  return x, y
+
+
+def _options():
+  options = tf.data.Options()
+  options.deterministic = True
+  options.threading.private_threadpool_size = 2
+  return options
+
+
+def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
+  """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
+  builder = get_builder(config)
+  patch = tuple(config.dataset.patch_size)
+  split = tfds.split_for_jax_process(config.dataset.train_split, drop_remainder=True)
+  ds = builder.as_dataset(split=split, shuffle_files=False).repeat().enumerate()
+  seed = config.seed * 1_000_003 + jax.process_index()
+  augment = config.dataset.get("augment", False)
+
+  def map_fn(index, example):
+    pair = tf.stack([tf.constant(seed, tf.int64), index])
+    x, y = _crop_pair(example, patch, pair)
+    if augment:
+      x, y = _augment(x, y, pair + 1)
+    return {"input": x, "target": y}
+
+  ds = ds.shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
+  ds = ds.batch(local_batch_size, drop_remainder=True).skip(start_step)
+  return iter(tfds.as_numpy(ds.with_options(_options()).prefetch(2)))
+
+
+def eval_examples(config):
+  """Every (input, target, name) of the eval split as float32 numpy (the same on every process).
+
+  Inputs are percentile-normalised when config.dataset.input_percentiles is set.
+  """
+  builder = get_builder(config)
+  ds = builder.as_dataset(split=config.dataset.eval_split, shuffle_files=False)
+  percentiles = config.dataset.get("input_percentiles")
+  for index, example in enumerate(tfds.as_numpy(ds)):
+    x = example["input"].astype(np.float32)
+    if percentiles:
+      lo, hi = np.percentile(x, percentiles)
+      x = ((x - lo) / (hi - lo + 1e-20)).astype(np.float32)
+    name = example.get("name", b"")
+    name = name.decode() if isinstance(name, bytes) else str(name or index)
+    yield x, example["target"].astype(np.float32), name or str(index)
