@@ -3,9 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax.test_util import check_jvp, check_vjp
+from jax.test_util import check_grads, check_jvp, check_vjp
 
 from attention_lab import ops
+from attention_lab.ops import decomposition
 from tests.ops import references as ref
 
 # (B, N, D, R): odd sizes, a single token, rank above and below the dimension.
@@ -26,6 +27,19 @@ def test_nmf_matches_reference(rng, shape, steps):
   out = ops.nmf(x, bases, steps=steps)
   for got, expected in zip(out, ref.nmf(x, bases, steps)):
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [4, 7, 15])
+def test_nmf_blocked_passes_match_reference(rng, monkeypatch, block):
+  """Token blocks of each step's pass: full blocks in a loop, a shorter last one."""
+  monkeypatch.setattr(decomposition, "_NMF_BLOCK_TOKENS", block)
+  x, bases = _problem(rng, 2, 30, 5, 3)
+  for gradient in ("one_step", "bptt"):
+    out = ops.nmf(x, bases, steps=3, gradient=gradient)
+    for got, expected in zip(out, ref.nmf(x, bases, 3)):
+      np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+  check_grads(lambda x: ops.nmf(x, bases, steps=2, gradient="bptt"), (x,), order=1,
+              modes=("rev",), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
