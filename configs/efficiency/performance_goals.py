@@ -68,6 +68,17 @@ the same interleaved rounds are meaningful.
   Training (Ham Table 3, forward + backward) gains the most from (c): the backward of the
   N·d·C convolution and the (N, d) reconstruction are gone, 185 MB of one-step temporaries
   against 252 MB before.
+- **Issue 11 (the solvers as the official code: K steps, then the final codes update; the
+  one-step gradient as HamNet runs it, the whole loop frozen).** Goal 4 re-measured on the
+  shared AMD EPYC (compile only): one-step temporaries 147.2 MB for every K = 1..12 (the
+  backward pass is now that of the final codes update alone; 185 MB when the last loop step
+  was differentiated); BPTT grows by ~39 MB per step (the blocked NMF pass keeps each block's
+  residuals). NMF restructuring for goals 3 and 6: each step is one pass over x in blocks of
+  2048 tokens (`ops.decomposition._nmf_step`), both of the step's products on a block while it
+  is in cache: x is read K + 1 times instead of 2K + 2; the first pass also gives the initial
+  codes, so the solver takes 2K + 1 products of N·d·r as before, with the final update. The
+  forms before it (`bench_ops.nmf_unblocked` and the stop 6/7 forms, all with the final update)
+  are timed beside it in goal 3.
 """
 
 
