@@ -6,6 +6,9 @@ The Refined-SA tables' SAGAN / ISAGAN / SGAN are the registry's
 `sagan_generator` / `sagan_discriminator` (experiments/efficiency_gan.py).
 """
 
+import contextlib
+from unittest import mock
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,21 +75,29 @@ def build_module(name: str, channels: int, config):
   raise ValueError(f"unknown module {name!r}")
 
 
-def ham_flops(name, channels, side, config, program: str) -> float:
-  """XLA flops of a Hamburger with the solver loop counted `steps` times.
+def _unrolled_fori_loop(lower, upper, body, init, **_):
+  state = init
+  for i in range(lower, upper):
+    state = body(i, state)
+  return state
 
-  XLA's cost analysis counts a while-loop body once; the solver runs K−1
-  iterations in a loop plus one outside. With flops(K) reported as
-  f(1) + body for any K ≥ 2, the body is f(2) − f(1) and the true count is
-  f(1) + (K−1)·(f(2) − f(1)).
+
+@contextlib.contextmanager
+def unrolled_loops():
+  """Traces `lax.fori_loop` with static bounds as straight-line code.
+
+  XLA's cost_analysis counts a while-loop body once whatever its trip count, so
+  FLOPs of programs with solver loops are counted on the unrolled program.
   """
-  counts = []
-  for steps in (1, 2):
-    c = config.copy_and_resolve_references()
-    c.ham_steps = steps
-    model = build_module(name, channels, c)
-    counts.append(module_program(model, program, config.batch, side, channels)[1]["xla_flops"])
-  return counts[0] + (config.ham_steps - 1) * (counts[1] - counts[0])
+  with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
+    yield
+
+
+def ham_flops(name, channels, side, config, program: str) -> float:
+  """XLA flops of a Hamburger with every solver step counted (loops unrolled for counting)."""
+  model = build_module(name, channels, config)
+  with unrolled_loops():
+    return module_program(model, program, config.batch, side, channels)[1]["xla_flops"]
 
 
 def module_program(model, program, batch, side, channels):

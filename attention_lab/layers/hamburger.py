@@ -17,14 +17,33 @@ class HamBases(nnx.Variable):
 class Hamburger(nnx.Module):
   """out = ReLU(x + BN(W_u · ham(ReLU?(W_l x + b_l)))), ham a low-rank reconstruction.
 
-  Lower bread: 1×1 conv with bias to `dim` channels (+ReLU for NMF, which needs
-  non-negative input). Ham: the d channels are split into `groups` S
-  contiguous groups of d/S, and the H·W tokens of each (image, group) are
+  The official HamburgerV1 (github.com/Gsunshine/Enjoy-Hamburger,
+  seg/HamNet/hamburger/burger.py and ham.py), which produced the paper's
+  tables. Lower bread: 1×1 conv with bias to `dim` channels (+ReLU for NMF,
+  which needs non-negative input). Ham: the d channels are split into `groups`
+  S contiguous groups of d/S, and the H·W tokens of each (image, group) are
   decomposed separately, tokens (B·S, H·W, d/S), by NMF (Alg. 2), soft VQ
-  (Alg. 1) or soft CD (Alg. 3) with `rank` bases each into codes (N, r) and
-  bases (d/S, r) (the reference code's MD_S, which the paper does not discuss;
-  S = 1 by default, its setting). Upper bread: 1×1 conv W_u without bias,
-  batch norm, then ReLU of the residual sum.
+  (Alg. 1) or soft CD (Alg. 3) with `rank` bases each: the solver's K loop
+  steps, then its final codes update (`ops.nmf` etc.: the reference's
+  `compute_coef`), into codes (N, r) and bases (d/S, r) (the reference code's
+  MD_S, which the paper does not discuss; S = 1 by default, its setting).
+  Upper bread: 1×1 conv W_u without bias, batch norm, then ReLU of the residual
+  sum. With the same weights and initial bases the output and its gradients
+  equal HamburgerV1's to float64 rounding for NMF, VQ and CD, S = 1 and 2
+  (tests/layers/test_hamburger.py, against a transcription of the official
+  forward); gradient="one_step" is HamNet's (the loop under no_grad).
+
+  Deliberate differences from the reference, and why:
+  - Evaluation is deterministic: "random" bases come from a fixed key in
+    evaluation (the reference draws fresh ones, so its evaluation is random),
+    and "online" bases are updated in training only (see below).
+  - Initialisers: ours are flax's (convs lecun-normal, bias zero); the
+    reference draws conv weights from N(0, 2/C_out) and conv biases from
+    torch's default uniform. Only the starting point of training differs.
+  - Batch-norm momentum: flax's default 0.99 (running = 0.99·running +
+    0.01·batch); the reference's BN_MOM = 3e-4 in torch's convention, i.e.
+    0.9997 in flax's, which needs thousands of steps before the running
+    statistics are usable, longer than our CPU-sized runs.
 
   The upper conv is applied to the low-rank factors, never to the (N, d)
   reconstruction: W_u(codes·basesᵀ) = codes·(basesᵀ·W_u), the same function
@@ -64,7 +83,8 @@ class Hamburger(nnx.Module):
     train_steps / eval_steps: K in training / evaluation.
     gradient: "one_step" (Ham Eq. 13) or "bptt"; default "bptt" for
       init="learned", else "one_step".
-    temperature: T of VQ/CD (the reference's inverse temperature is 100).
+    temperature: T of VQ/CD (the reference's inverse temperature INV_T is 100:
+      T = 0.01).
     beta: ridge weight of CD.
     online_momentum: η of the "online" update.
     without: components to remove (Ham Table 2): "ham" (breads only: upper(lower(x))),

@@ -6,6 +6,7 @@ from flax import nnx
 
 from attention_lab import ops
 from attention_lab.layers.hamburger import INITS, Hamburger
+from tests.ops import references as ref
 
 
 @pytest.mark.parametrize("ham", ["nmf", "vq", "cd"])
@@ -49,32 +50,79 @@ def _group_loop(layer, x, steps):
   return jnp.concatenate(recon, axis=-1), jnp.stack(solved)
 
 
-@pytest.mark.parametrize("groups", [1, 3])
-@pytest.mark.parametrize("training", [False, True])
-def test_layer_is_the_upper_bread_of_the_groups_reconstruction(groups, training):
-  """Upper conv on the factors = conv of the per-group reconstruction, values and gradients."""
-  x = jax.random.normal(jax.random.key(1), (2, 4, 5, 6))
-  layer = Hamburger(6, dim=12, rank=3, groups=groups, init="fixed", train_steps=3,
-                    eval_steps=3, rngs=nnx.Rngs(0))
-  assert layer.bases.shape == (groups, 12 // groups, 3)
+def _float64(module):
+  return jax.tree.map(
+      lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, module)
+
+
+def _official_params(layer):
+  """Our weights in the layouts of the official HamburgerV1 (1×1 kernels squeezed)."""
+  return dict(lower_w=layer.lower.kernel[...].T, lower_b=layer.lower.bias[...],
+              upper_w=layer.upper.kernel[...].T, bn_gamma=layer.norm.scale[...],
+              bn_beta=layer.norm.bias[...], bn_mean=layer.norm.mean[...],
+              bn_var=layer.norm.var[...])
+
+
+def _official_setup(ham, groups, training, gradient="one_step"):
+  """A float64 layer with non-trivial BN statistics and the bases it will draw next."""
+  c, d, r, (b, h, w) = 6, 8, 3, (2, 3, 5)
+  layer = Hamburger(c, ham=ham, dim=d, rank=r, groups=groups, train_steps=3, eval_steps=4,
+                    gradient=gradient, rngs=nnx.Rngs(0))
+  layer.norm.scale[...] = jnp.linspace(0.5, 1.5, c, dtype=jnp.float32)
+  layer.norm.bias[...] = jnp.linspace(-0.2, 0.3, c, dtype=jnp.float32)
+  layer.norm.mean[...] = jnp.linspace(-0.1, 0.1, c, dtype=jnp.float32)
+  layer.norm.var[...] = jnp.linspace(0.5, 2.0, c, dtype=jnp.float32)
+  layer = _float64(layer)
   if not training:
     layer.eval()
+  key = nnx.clone(layer).rngs.bases() if training else jax.random.key(0)
+  bases = ops.random_bases(key, b * groups, d // groups, r,
+                           distribution="uniform" if ham == "nmf" else "normal")
+  x = jax.random.normal(jax.random.key(1), (b, h, w, c), jnp.float64)
+  return layer, x, bases.astype(jnp.float64)
 
-  def reference(layer, x):
-    recon, _ = _group_loop(layer, x, steps=3)
-    return jax.nn.relu(x + layer.norm(layer.upper(recon)))
 
-  loss = lambda f: lambda m, x: jnp.sum(jnp.sin(f(m, x)))
-  layer_fn = lambda m, x: m(x)
+def _official(layer, x, bases, training, no_grad, params=None):
+  """The official HamburgerV1 forward (tests/ops/references.py) on NHWC x."""
+  out = ref.official_hamburger_v1(
+      jnp.moveaxis(x, 3, 1), params or _official_params(layer), bases, layer.ham, layer.groups,
+      layer.train_steps if training else layer.eval_steps, training,
+      inv_t=1 / layer.temperature, beta=layer.beta, no_grad=no_grad)
+  return jnp.moveaxis(out, 1, 3)
+
+
+@pytest.mark.parametrize("ham", ["nmf", "vq", "cd"])
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("training", [False, True])
+def test_layer_equals_official_hamburger_v1(ham, groups, training):
+  """Same weights and bases: our layer = HamburgerV1 (NMF2D / VQ2D / CD2D) to float64
+  rounding, in training (BN on batch statistics) and evaluation."""
   with jax.enable_x64(True):
-    x = x.astype(jnp.float64)
-    cast = lambda m: jax.tree.map(lambda a: a.astype(jnp.float64), nnx.clone(m))
-    np.testing.assert_allclose(layer_fn(cast(layer), x), reference(cast(layer), x),
-                               rtol=1e-10, atol=1e-10)
-    got = nnx.grad(loss(layer_fn), argnums=(0, 1))(cast(layer), x)
-    want = nnx.grad(loss(reference), argnums=(0, 1))(cast(layer), x)
-  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-    np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
+    layer, x, bases = _official_setup(ham, groups, training)
+    want = _official(layer, x, bases, training, no_grad=True)
+    got = layer(x)
+  np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("ham", ["nmf", "vq", "cd"])
+@pytest.mark.parametrize("gradient", ["one_step", "bptt"])
+def test_layer_gradients_equal_official_hamburger_v1(ham, gradient):
+  """d(loss)/dx and d(loss)/d(weights) in training: one_step = HamNet (no_grad loop), bptt =
+  the official code with every no_grad dropped."""
+  with jax.enable_x64(True):
+    layer, x, bases = _official_setup(ham, 2, True, gradient)
+    loss = lambda y: jnp.sum(jnp.sin(3 * y))
+    got_module, got_x = nnx.grad(lambda m, x: loss(m(x)), argnums=(0, 1))(layer, x)
+    want_params, want_x = jax.grad(
+        lambda p, x: loss(_official(layer, x, bases, True, gradient == "one_step", p)),
+        argnums=(0, 1))(_official_params(layer), x)
+  np.testing.assert_allclose(got_x, want_x, rtol=1e-9, atol=1e-12)
+  for ours, theirs in ((got_module.lower.kernel[...], want_params["lower_w"].T),
+                       (got_module.lower.bias[...], want_params["lower_b"]),
+                       (got_module.upper.kernel[...], want_params["upper_w"].T),
+                       (got_module.norm.scale[...], want_params["bn_gamma"]),
+                       (got_module.norm.bias[...], want_params["bn_beta"])):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("init", INITS)

@@ -113,45 +113,146 @@ def kronecker_qkv(q, k, v, scale):
   return out
 
 
-def _cosine(x, bases):
-  xn = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-6)
-  bn = bases / np.maximum(np.linalg.norm(bases, axis=0, keepdims=True), 1e-6)
-  return xn @ bn
+def _unit_columns(a, eps):
+  """a / max(‖a‖, eps) per column (torch's F.normalize over the first axis)."""
+  out = np.empty_like(a)
+  for j in range(a.shape[1]):
+    out[:, j] = a[:, j] / max(np.sqrt(np.sum(a[:, j] ** 2)), eps)
+  return out
 
 
-def nmf(x, bases, steps, eps=1e-6):
-  """Ham Alg. 2 per batch element, with the DESIGN.md conventions."""
+def _unit_rows(a, eps):
+  return _unit_columns(a.T, eps).T
+
+
+def _mass_normalised(c):
+  out = np.empty_like(c)
+  for r in range(c.shape[1]):
+    out[:, r] = c[:, r] / (1e-6 + np.sum(c[:, r]))
+  return out
+
+
+def nmf(x, bases, steps, eps=1e-6, final=True):
+  """Ham Alg. 2 per batch element: K multiplicative updates, then one more codes update.
+
+  final=False returns the loop's (bases, codes), before the final codes update.
+  """
   out_b, out_c = [], []
   for xb, db in zip(x, bases):
     c = softmax(xb @ db)
     for _ in range(steps):
       c = c * (xb @ db) / (c @ db.T @ db + eps)
       db = db * (xb.T @ c) / (db @ c.T @ c + eps)
+    if final:  # the reference's compute_coef
+      c = c * (xb @ db) / (c @ db.T @ db + eps)
     out_b.append(db)
     out_c.append(c)
   return np.stack(out_b), np.stack(out_c)
 
 
 def soft_vq(x, bases, steps, temperature):
+  """Ham Alg. 1: K (cosine softmax, mass-normalised mean) updates, then the cosine softmax."""
   out_b, out_c = [], []
   for xb, db in zip(x, bases):
-    c = softmax(xb @ db / temperature)
+    x_unit = _unit_rows(xb, 1e-12)
     for _ in range(steps):
-      c = softmax(_cosine(xb, db) / temperature)
-      db = (xb.T @ c) / (c.sum(axis=0, keepdims=True) + 1e-6)
+      c = _mass_normalised(softmax(x_unit @ _unit_columns(db, 1e-6) / temperature))
+      db = xb.T @ c
+    norms = np.array([np.sqrt(np.sum(row ** 2)) for row in xb])
+    c = softmax((xb / (1e-6 + norms[:, None])) @ _unit_columns(db, 1e-6) / temperature)
     out_b.append(db)
     out_c.append(c)
   return np.stack(out_b), np.stack(out_c)
 
 
 def soft_cd(x, bases, steps, temperature, beta):
+  """Ham Alg. 3: K spherical K-means updates, then the ridge solve for the codes."""
   out_b, out_c = [], []
   for xb, db in zip(x, bases):
+    x_unit = _unit_rows(xb, 1e-12)
     for _ in range(steps):
-      c = softmax(_cosine(xb, db) / temperature)
-      db = xb.T @ c
-      db = db / np.maximum(np.linalg.norm(db, axis=0, keepdims=True), 1e-6)
+      c = _mass_normalised(softmax(x_unit @ db / temperature))
+      db = _unit_columns(xb.T @ c, 1e-6)
     c = xb @ db @ np.linalg.inv(db.T @ db + beta * np.eye(db.shape[1]))
     out_b.append(db)
     out_c.append(c)
   return np.stack(out_b), np.stack(out_c)
+
+
+# ----------------------------------------------------------------------------------------------
+# A transcription of the official Hamburger (github.com/Gsunshine/Enjoy-Hamburger,
+# seg/HamNet/hamburger/ham.py and burger.py: _MatrixDecomposition2DBase.forward, NMF2D, VQ2D,
+# CD2D, HamburgerV1.forward) in jax.numpy, in its own layouts (x (B·S, D, N), images NCHW), so
+# that its gradients can be compared too. `no_grad=True` is HamNet (`local_inference` and the
+# loop under torch.no_grad(), VQ's ‖x‖ in compute_coef too); `no_grad=False` drops every no_grad
+# (the mmseg LightHam head does so for NMF).
+
+
+def _jnp():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jax, jnp
+
+
+def official_decomposition(x, bases, ham, steps, inv_t=100.0, beta=0.1, no_grad=True):
+  """x (B·S, D, N), bases (B·S, D, R) drawn by the caller -> (bases, coef (B·S, N, R), recon)."""
+  jax, jnp = _jnp()
+  sg = jax.lax.stop_gradient if no_grad else (lambda a: a)
+  bmm, tr = jnp.matmul, lambda a: jnp.swapaxes(a, 1, 2)
+
+  def normalize(a, eps=1e-12):  # F.normalize(a, dim=1, eps)
+    return a / jnp.maximum(jnp.sqrt(jnp.sum(a * a, axis=1, keepdims=True)), eps)
+
+  if ham == "nmf":
+    inv_t = 1
+  # local_inference
+  xs, b = sg(x), sg(bases)
+  coef = jax.nn.softmax(inv_t * bmm(tr(xs), b), axis=-1)
+  for _ in range(steps):  # local_step
+    if ham == "nmf":
+      coef = coef * bmm(tr(xs), b) / (bmm(coef, bmm(tr(b), b)) + 1e-6)
+      b = b * bmm(xs, coef) / (bmm(b, bmm(tr(coef), coef)) + 1e-6)
+    else:
+      std_b = normalize(b, 1e-6) if ham == "vq" else b
+      coef = jax.nn.softmax(inv_t * bmm(tr(normalize(xs)), std_b), axis=-1)
+      coef = coef / (1e-6 + jnp.sum(coef, axis=1, keepdims=True))
+      b = bmm(xs, coef)
+      if ham == "cd":
+        b = normalize(b, 1e-6)
+  b, coef = sg(b), sg(coef)
+  # compute_coef
+  if ham == "nmf":
+    coef = coef * bmm(tr(x), b) / (bmm(coef, bmm(tr(b), b)) + 1e-6)
+  elif ham == "vq":
+    x_norm = sg(jnp.sqrt(jnp.sum(x * x, axis=1, keepdims=True)))
+    coef = jax.nn.softmax(inv_t * bmm(tr(x / (1e-6 + x_norm)), normalize(b, 1e-6)), axis=-1)
+  else:
+    temp = jnp.linalg.inv(bmm(tr(b), b) + beta * jnp.eye(b.shape[-1]))
+    coef = bmm(bmm(tr(x), b), temp)
+  return b, coef, bmm(b, tr(coef))
+
+
+def official_hamburger_v1(x, params, bases, ham, groups, steps, training, inv_t=100.0, beta=0.1,
+                          no_grad=True, bn_eps=1e-5):
+  """HamburgerV1.forward on x (B, C, H, W) with torch-layout weights.
+
+  params: lower_w (D, C), lower_b (D,), upper_w (C, D) (1×1 kernels squeezed), bn_gamma,
+  bn_beta, bn_mean, bn_var (C,); bases (B·S, D/S, R). Training: BN on the batch statistics
+  (biased variance); evaluation: on the running ones.
+  """
+  jax, jnp = _jnp()
+  y = jnp.einsum("dc,bchw->bdhw", params["lower_w"], x) + params["lower_b"][:, None, None]
+  if ham == "nmf":
+    y = jax.nn.relu(y)
+  b, d, h, w = y.shape
+  _, _, recon = official_decomposition(y.reshape(b * groups, d // groups, h * w), bases, ham,
+                                       steps, inv_t, beta, no_grad)
+  z = jnp.einsum("cd,bdhw->bchw", params["upper_w"], recon.reshape(b, d, h, w))
+  if training:
+    mean = jnp.mean(z, axis=(0, 2, 3))
+    var = jnp.mean(jnp.square(z - mean[:, None, None]), axis=(0, 2, 3))
+  else:
+    mean, var = params["bn_mean"], params["bn_var"]
+  z = (z - mean[:, None, None]) / jnp.sqrt(var[:, None, None] + bn_eps)
+  z = z * params["bn_gamma"][:, None, None] + params["bn_beta"][:, None, None]
+  return jax.nn.relu(z + x)

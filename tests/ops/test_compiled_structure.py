@@ -47,3 +47,13 @@ def test_decomposition_copies_no_transposed_input(solver):
          "soft_vq": lambda x, b: ops.soft_vq(x, b, steps=3, temperature=0.5),
          "soft_cd": lambda x, b: ops.soft_cd(x, b, steps=3, temperature=0.5, beta=0.1)}
   assert _largest_relayout(fns[solver], x, bases) < n * d
+
+
+def test_blocked_nmf_copies_no_input_sized_array(monkeypatch):
+  """With several token blocks per step, only block-sized slices are copied."""
+  from attention_lab.ops import decomposition  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(decomposition, "_NMF_BLOCK_TOKENS", 64)
+  n, d, r = 256, 32, 4
+  x = jnp.ones((2, n, d), jnp.float32)
+  bases = ops.random_bases(jax.random.key(0), 2, d, r)
+  assert _largest_relayout(lambda x, b: ops.nmf(x, b, steps=3), x, bases) < n * d

@@ -3,7 +3,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax.test_util import check_grads, check_jvp, check_vjp
+
 from attention_lab import ops
+from attention_lab.ops import decomposition
 from tests.ops import references as ref
 
 # (B, N, D, R): odd sizes, a single token, rank above and below the dimension.
@@ -24,6 +27,19 @@ def test_nmf_matches_reference(rng, shape, steps):
   out = ops.nmf(x, bases, steps=steps)
   for got, expected in zip(out, ref.nmf(x, bases, steps)):
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("block", [4, 7, 15])
+def test_nmf_blocked_passes_match_reference(rng, monkeypatch, block):
+  """Token blocks of each step's pass: full blocks in a loop, a shorter last one."""
+  monkeypatch.setattr(decomposition, "_NMF_BLOCK_TOKENS", block)
+  x, bases = _problem(rng, 2, 30, 5, 3)
+  for gradient in ("one_step", "bptt"):
+    out = ops.nmf(x, bases, steps=3, gradient=gradient)
+    for got, expected in zip(out, ref.nmf(x, bases, 3)):
+      np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+  check_grads(lambda x: ops.nmf(x, bases, steps=2, gradient="bptt"), (x,), order=1,
+              modes=("rev",), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -95,36 +111,110 @@ def test_one_step_and_bptt_same_values_different_gradients(rng, solver):
   assert np.linalg.norm(g_one - g_full) > 1e-6 * np.linalg.norm(g_full)
 
 
-def _last_update(solver, x, bases, codes):
-  """One (codes, bases) update of Alg. 1-3 written out in jnp, from a frozen state."""
-  def unit(a, axis):
-    return a / jnp.maximum(jnp.linalg.norm(a, axis=axis, keepdims=True), 1e-6)
+def _final_update(solver, x, bases, codes, x_norm):
+  """The reference's compute_coef written out in jnp, from frozen loop (bases, codes).
 
-  xt = jnp.swapaxes(x, 1, 2)
+  VQ divides x by x_norm + 1e-6, a constant ‖x₀‖ (HamNet computes it under no_grad).
+  """
+  def unit_columns(a):
+    return a / jnp.maximum(jnp.linalg.norm(a, axis=1, keepdims=True), 1e-6)
+
   if solver == "nmf":
-    codes = codes * (x @ bases) / (codes @ jnp.swapaxes(bases, 1, 2) @ bases + 1e-6)
-    bases = bases * (xt @ codes) / (bases @ jnp.swapaxes(codes, 1, 2) @ codes + 1e-6)
-    return bases, codes
-  codes = jax.nn.softmax(unit(x, 2) @ unit(bases, 1) / 0.5, axis=-1)
+    return codes * (x @ bases) / (codes @ jnp.swapaxes(bases, 1, 2) @ bases + 1e-6)
   if solver == "soft_vq":
-    return (xt @ codes) / (codes.sum(axis=1, keepdims=True) + 1e-6), codes
-  bases = unit(xt @ codes, 1)
+    return jax.nn.softmax((x / (x_norm + 1e-6)) @ unit_columns(bases) / 0.5, axis=-1)
   gram = jnp.swapaxes(bases, 1, 2) @ bases + 0.1 * jnp.eye(bases.shape[-1])
-  return bases, x @ bases @ jnp.linalg.inv(gram)
+  return x @ bases @ jnp.linalg.inv(gram)
+
+
+def _one_step_definition(solver, x0, bases, steps):
+  """x -> (bases, codes): the loop run at x0 and frozen, the final codes update at x.
+
+  Its true derivative at x = x0 is, by definition, the one-step gradient (HamNet), so
+  finite differences of it check the library's one-step derivatives.
+  """
+  _, reference = SOLVERS[solver]
+  if solver == "nmf":
+    loop_bases, loop_codes = ref.nmf(x0, bases, steps, final=False)
+  else:
+    loop_bases, loop_codes = reference(x0, bases, steps)[0], None
+  x_norm = np.linalg.norm(x0, axis=2, keepdims=True)
+  return lambda x: (loop_bases, _final_update(solver, x, loop_bases, loop_codes, x_norm))
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("steps", [1, 3])
-def test_one_step_gradient_is_gradient_of_last_update(rng, solver, steps):
-  fn, reference = SOLVERS[solver]
+def test_one_step_gradient_is_gradient_of_final_codes_update(rng, solver, steps):
+  fn, _ = SOLVERS[solver]
   x, bases = _problem(rng, 2, 10, 4, 3)
-  frozen_bases, frozen_codes = reference(x, bases, steps - 1)
-  expected = jax.grad(lambda x: _loss(_last_update(solver, x, frozen_bases, frozen_codes)))(x)
-  got = jax.grad(lambda x: _loss(fn(x, bases, steps=steps, gradient="one_step")))(x)
+  definition = _one_step_definition(solver, x, bases, steps)
+  library = lambda x: fn(x, bases, steps=steps, gradient="one_step")
+  for got, want in zip(library(x), definition(x)):  # the same values at x
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+  expected = jax.grad(lambda x: _loss(definition(x)))(x)
+  got = jax.grad(lambda x: _loss(library(x)))(x)
   np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-10)
-  # The initial bases receive no gradient through the frozen iterations.
+  # The initial bases receive no gradient through the frozen loop.
   g_bases = jax.grad(lambda b: _loss(fn(x, b, steps=steps, gradient="one_step")))(bases)
   np.testing.assert_array_equal(g_bases, 0)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_one_step_gradient_against_finite_differences(rng, solver):
+  """check_jvp / check_vjp (float64) of the library's one-step derivatives against finite
+  differences of its definition: the frozen loop, the final codes update at x."""
+  fn, _ = SOLVERS[solver]
+  x, bases = _problem(rng, 1, 7, 3, 2)
+  definition = _one_step_definition(solver, x, bases, 2)
+  library = lambda x: fn(x, bases, steps=2, gradient="one_step")
+  check_jvp(definition, lambda p, t: jax.jvp(library, p, t), (x,),
+                          atol=1e-6, rtol=1e-6)
+  check_vjp(definition, lambda x: jax.vjp(library, x), (x,), atol=1e-6, rtol=1e-6)
+
+
+# The official code's layout is (B·S, D, N): ours is its transpose. (B, N, D, R).
+OFFICIAL_SHAPES = [(2, 30, 8, 4), (1, 13, 5, 7)]
+OFFICIAL = {"nmf": (lambda x, b, **kw: ops.nmf(x, b, **kw), {}),
+            "vq": (lambda x, b, **kw: ops.soft_vq(x, b, temperature=0.01, **kw), {}),
+            "cd": (lambda x, b, **kw: ops.soft_cd(x, b, temperature=0.01, beta=0.1, **kw), {})}
+
+
+def official_differences(ham, x, bases, steps):
+  """Max relative differences of bases, codes, reconstruction and d⟨G, recon⟩/dx (both
+  gradient modes) between the library and the transcription of the official code."""
+  fn, _ = OFFICIAL[ham]
+  g = np.cos(np.arange(x.size)).reshape(x.shape)  # a fixed cotangent for the reconstruction
+
+  def ours(x, gradient):
+    b, c = fn(x, bases, steps=steps, gradient=gradient)
+    return b, c, c @ jnp.swapaxes(b, 1, 2)
+
+  def theirs(x, no_grad):
+    b, c, recon = ref.official_decomposition(jnp.swapaxes(x, 1, 2), bases, ham, steps,
+                                             no_grad=no_grad)
+    return b, c, jnp.swapaxes(recon, 1, 2)
+
+  rel = lambda a, b: float(np.max(np.abs(np.asarray(a) - b)) / np.max(np.abs(b)))
+  out = dict(zip(("bases", "codes", "recon"), (
+      rel(a, b) for a, b in zip(jax.jit(ours, static_argnums=1)(x, "one_step"),
+                                jax.jit(theirs, static_argnums=1)(x, True)))))
+  for gradient, no_grad in (("one_step", True), ("bptt", False)):
+    got = jax.jit(jax.grad(lambda x: jnp.sum(g * ours(x, gradient)[2])))(x)
+    want = jax.jit(jax.grad(lambda x: jnp.sum(g * theirs(x, no_grad)[2])))(x)
+    out[f"grad_{gradient}"] = rel(got, want)
+  return out
+
+
+@pytest.mark.parametrize("ham", OFFICIAL)
+@pytest.mark.parametrize("shape", OFFICIAL_SHAPES)
+def test_solvers_equal_the_official_code(rng, ham, shape):
+  b, n, d, r = shape
+  x = np.abs(rng.normal(size=(b, n, d))) if ham == "nmf" else rng.normal(size=(b, n, d))
+  bases = np.asarray(ops.random_bases(jax.random.key(2), b, d, r,
+                                      distribution="uniform" if ham == "nmf" else "normal",
+                                      dtype=jnp.float64))
+  diffs = official_differences(ham, x, bases, steps=4)
+  assert max(diffs.values()) < 1e-9, diffs
 
 
 @pytest.mark.parametrize("steps", [1, 2, 5])
