@@ -1,7 +1,8 @@
 """optax optimizers and the learning-rate schedules the papers used, selected by config.
 
-config.optimizer fields: name ("sgd" | "adamw" | "rmsprop"), learning_rate (peak),
-momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
+config.optimizer fields: name ("sgd" | "adamw" | "rmsprop" | "adam"), learning_rate (peak),
+momentum, nesterov, weight_decay, grad_clip_norm, b1 / b2 (adam; SAGAN's TTUR: 0, 0.9),
+schedule and its fields:
 - "constant";
 - "step": ×decay_factor at each of decay_epochs, after warmup_epochs of linear
   warmup (SANet/KANet: SGD 0.9, 0.1 ×0.1 at 80/105/120 of 150 epochs; AA
@@ -16,7 +17,7 @@ import jax
 import optax
 
 SCHEDULES = ("constant", "step", "cosine", "exponential", "poly")
-OPTIMIZERS = ("sgd", "adamw", "rmsprop")
+OPTIMIZERS = ("sgd", "adamw", "rmsprop", "adam")
 
 
 def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
@@ -52,6 +53,9 @@ def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformatio
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=_kernel_mask))
     chain.append(optax.sgd(schedule, momentum=cfg.get("momentum") or None,
                            nesterov=cfg.get("nesterov", False)))
+  elif cfg.name == "adam":  # plain Adam (no decay), e.g. the GAN's G and D
+    chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999),
+                            eps=cfg.get("eps", 1e-8)))
   elif cfg.name == "adamw":
     chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
                              mask=_kernel_mask))
