@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from attention_lab.train import tasks
 from attention_lab.train.tasks import gan
@@ -34,7 +33,8 @@ def tiny(tmp_path, **overrides):
 
 
 def leaves(tree):
-  return [np.asarray(x) for x in jax.tree.leaves(nnx.to_pure_dict(tree))]
+  return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+                     else x) for x in jax.tree.leaves(tree)]
 
 
 @pytest.fixture(scope="module")
