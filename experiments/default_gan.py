@@ -101,9 +101,11 @@ def markdown(rows, machine: str, classifier: dict, note: str) -> str:
         f"| {r['variant']} | {r['steps']} | {r['conditional_accuracy']:.3f} | {r['fid']:.3f} | "
         f"{r['untrained_fid']:.2f} | {r['fid_ratio']:.3f} | {r['inception_score']:.2f} | "
         f"{r['kid']:.4f} | {r['wall_s'] / 60:.1f} min | {'met' if r['meets_goal'] else 'not met'} |")
-  lines += ["", "FID over training: [default_gan.png](default_gan.png); last sample grids "
-            "(columns = classes 0-9): " + ", ".join(
-                f"[{r['variant']}](default_gan_{r['variant']}_samples.png)" for r in rows), ""]
+  grids = [r["variant"] for r in rows
+           if (RESULTS / f"default_gan_{r['variant']}_samples.png").exists()]
+  lines += ["", "FID over training: [default_gan.png](default_gan.png)" + (
+      "; last sample grids (columns = classes 0-9): " + ", ".join(
+          f"[{v}](default_gan_{v}_samples.png)" for v in grids) if grids else ""), ""]
   return "\n".join(lines)
 
 
