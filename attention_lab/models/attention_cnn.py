@@ -45,15 +45,18 @@ class AttentionCNN(nnx.Module):
     self.dropout = nnx.Dropout(dropout, rngs=rngs)
     self.head = nnx.Linear(c, num_classes, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x):
+  def features(self, x):
+    """The pooled (B, 2·width) features the head classifies (e.g. the digits-GAN's FID space)."""
     for stage in self.stages:
       x = stage(x)
     if self.attention == "hamburger":
       x = self.block(x)
     elif self.attention != "none":
       x = x + self.block_norm(self.block(x))
-    x = self.dropout(jnp.mean(x, axis=(1, 2)))
-    return self.head(x).astype(jnp.float32)
+    return jnp.mean(x, axis=(1, 2))
+
+  def __call__(self, x):
+    return self.head(self.dropout(self.features(x))).astype(jnp.float32)
 
 
 @register("attention_cnn")

@@ -10,12 +10,15 @@ SNGAN-projection's (Miyato & Koyama 2018):
   conv1×1-avgpool), ReLU, sum over positions, linear → 1 logit.
 At 64×64 (which SAGAN does not define) both follow BigGAN's 64×64 arch: G
 without its last up-block (16w, 8w, 4w, 2w), D with down-blocks w, 2w, 4w, 8w
-and a last 16w block at 4² without down-sampling.
+and a last 16w block at 4² without down-sampling. At 32×32 (the embedded
+digits, CIFAR at its own size) BigGAN's 32×32 arch: G from 4×4×4w through three
+4w up-blocks, D 4w blocks down to 16², 8², then two at 8².
 
 Every linear map and convolution is spectral-normalised (SAGAN Sec. 4.1;
 `spectral_norm=False` drops it); convolutions and linears have biases and
 xavier-uniform kernels, as in the official code. The context module sits
-after the block whose output is 32×32 in both G and D (SAGAN Table 1's best
+after the block whose output is `context_side`² (default 32×32; 16×16 at
+resolution 32) in both G and D (SAGAN Table 1's best
 place, feat32; the Ham paper's HamGAN puts Hamburger there too):
 - "sa": SAGAN self-attention (f, g: C/8, h: C, γ = 0 at init; see
   layers.SelfAttention for how it differs from the official code);
@@ -48,15 +51,18 @@ from attention_lab.models.registry import register
 
 ATTENTIONS = ("none", "sa", "refined", "hamburger", "conv")
 # Output channels (× width) of G's up-blocks, from 4×4 at 16·width; each doubles the side.
-G_BLOCKS = {128: (16, 8, 4, 2, 1), 64: (16, 8, 4, 2)}
+G_BLOCKS = {128: (16, 8, 4, 2, 1), 64: (16, 8, 4, 2), 32: (4, 4, 4)}
+# Channels (× width) of G's 4×4 input.
+G_START = {128: 16, 64: 16, 32: 4}
 # Output channels (× width) of D's blocks and whether each halves the side; the first is the
 # optimised block.
 D_BLOCKS = {128: ((1, True), (2, True), (4, True), (8, True), (16, True), (16, False)),
-            64: ((1, True), (2, True), (4, True), (8, True), (16, False))}
+            64: ((1, True), (2, True), (4, True), (8, True), (16, False)),
+            32: ((4, True), (4, True), (4, False), (4, False))}
 CONTEXT_SIDE = 32
 
 
-def _check(attention, resolution, width, num_classes):
+def _check(attention, resolution, width, num_classes, context_side):
   if attention not in ATTENTIONS:
     raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
   if resolution not in G_BLOCKS:
@@ -65,6 +71,21 @@ def _check(attention, resolution, width, num_classes):
     raise ValueError(f"width must be >= 1, got {width}")
   if num_classes < 0:
     raise ValueError(f"num_classes must be >= 0, got {num_classes}")
+  if context_side is not None and context_side not in context_sides(resolution):
+    raise ValueError(f"context_side must be one of {context_sides(resolution)} at resolution "
+                     f"{resolution} (a side both G and D have), got {context_side}")
+
+
+def context_sides(resolution: int) -> tuple[int, ...]:
+  """Feature sides where both G (after an up-block) and D (after a down-block) can hold the
+  context module."""
+  g = {4 * 2 ** (k + 1) for k in range(len(G_BLOCKS[resolution]))}
+  d, side = set(), resolution
+  for _, down in D_BLOCKS[resolution]:
+    if down:
+      side //= 2
+      d.add(side)
+  return tuple(sorted(g & d))
 
 
 def _check_labels(labels, num_classes, batch):
@@ -163,12 +184,13 @@ class SaganGenerator(nnx.Module):
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, latent_dim: int = 128, spectral_norm: bool = True, dtype=None,
-               rngs: nnx.Rngs):
-    _check(attention, resolution, width, num_classes)
+               context_side: int | None = None, rngs: nnx.Rngs):
+    _check(attention, resolution, width, num_classes, context_side)
+    context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     if latent_dim < 1:
       raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
     self.num_classes, self.latent_dim, self.width = num_classes, latent_dim, width
-    cin = 16 * width
+    cin = G_START[resolution] * width
     self.linear = maybe_spectral_norm(
         nnx.Linear(latent_dim, 16 * cin, kernel_init=xavier, dtype=dtype, rngs=rngs),
         spectral_norm, rngs)
@@ -177,7 +199,7 @@ class SaganGenerator(nnx.Module):
       blocks.append(UpBlock(cin, mult * width, num_classes, spectral_norm=spectral_norm,
                             dtype=dtype, rngs=rngs))
       cin, side = mult * width, 2 * side
-      if side == CONTEXT_SIDE:
+      if side == context_side:
         self.context_after = len(blocks) - 1
         self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
                                       rngs=rngs)
@@ -189,7 +211,7 @@ class SaganGenerator(nnx.Module):
     if z.ndim != 2 or z.shape[1] != self.latent_dim:
       raise ValueError(f"z must have shape (batch, {self.latent_dim}), got {z.shape}")
     _check_labels(labels, self.num_classes, z.shape[0])
-    x = self.linear(z).reshape(z.shape[0], 4, 4, 16 * self.width)
+    x = self.linear(z).reshape(z.shape[0], 4, 4, -1)
     for i, block in enumerate(self.blocks):
       x = block(x, labels)
       if i == self.context_after and self.context is not None:
@@ -202,15 +224,17 @@ class SaganDiscriminator(nnx.Module):
   """images (B, R, R, 3) [, labels (B,)] → real/fake logits (B,); see the module doc."""
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
-               width: int = 64, spectral_norm: bool = True, dtype=None, rngs: nnx.Rngs):
-    _check(attention, resolution, width, num_classes)
+               width: int = 64, spectral_norm: bool = True, dtype=None,
+               context_side: int | None = None, rngs: nnx.Rngs):
+    _check(attention, resolution, width, num_classes, context_side)
+    context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     self.num_classes, self.resolution = num_classes, resolution
     blocks, cin, side = [], 3, resolution
     for i, (mult, down) in enumerate(D_BLOCKS[resolution]):
       blocks.append(DownBlock(cin, mult * width, down=down, optimized=i == 0,
                               spectral_norm=spectral_norm, dtype=dtype, rngs=rngs))
       cin, side = mult * width, side // 2 if down else side
-      if side == CONTEXT_SIDE and down:
+      if side == context_side and down:
         self.context_after = i
         self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
                                       rngs=rngs)
@@ -239,11 +263,12 @@ class SaganDiscriminator(nnx.Module):
 
 @register("sagan_generator")
 def sagan_generator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganGenerator:
-  """SAGAN G; overrides: resolution, attention, width, latent_dim, spectral_norm, dtype."""
+  """SAGAN G; overrides: resolution, attention, width, latent_dim, spectral_norm, dtype,
+  context_side."""
   return SaganGenerator(num_classes=num_classes, rngs=rngs, **overrides)
 
 
 @register("sagan_discriminator")
 def sagan_discriminator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganDiscriminator:
-  """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype."""
+  """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype, context_side."""
   return SaganDiscriminator(num_classes=num_classes, rngs=rngs, **overrides)

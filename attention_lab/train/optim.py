@@ -1,7 +1,8 @@
 """optax optimizers and the learning-rate schedules the papers used, selected by config.
 
 config.optimizer fields: name ("sgd" | "adam" | "adamw" | "rmsprop"), learning_rate (peak),
-b1, b2 (Adam; default 0.9, 0.999 — CARE trains with Keras Adam at these),
+b1, b2, eps (Adam; default 0.9, 0.999, 1e-8 — CARE trains with Keras Adam at these;
+SAGAN's TTUR uses b1 0, b2 0.9),
 momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
 - "constant";
 - "step": ×decay_factor at each of decay_epochs, after warmup_epochs of linear
@@ -66,8 +67,9 @@ def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformatio
                            nesterov=cfg.get("nesterov", False)))
   elif cfg.name == "adam":
     if cfg.get("weight_decay"):
-      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=_kernel_mask))
-    chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999)))
+      chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
+    chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999),
+                            eps=cfg.get("eps", 1e-8)))
   elif cfg.name == "adamw":
     chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
                              mask=decay_mask))

@@ -116,8 +116,10 @@ def test_parameter_counts_at_full_size():
 def test_bad_arguments():
   with pytest.raises(ValueError, match="attention must be one of"):
     model_stats.build_abstract("sagan_generator", 0, attention="ham")
-  with pytest.raises(ValueError, match=r"resolution must be one of \(64, 128\)"):
-    model_stats.build_abstract("sagan_discriminator", 0, resolution=32)
+  with pytest.raises(ValueError, match=r"resolution must be one of \(32, 64, 128\)"):
+    model_stats.build_abstract("sagan_discriminator", 0, resolution=16)
+  with pytest.raises(ValueError, match=r"context_side must be one of \(8, 16\)"):
+    model_stats.build_abstract("sagan_generator", 0, resolution=32, context_side=32)
   g = model_stats.build_abstract("sagan_generator", 3, resolution=64, width=1)
   d = model_stats.build_abstract("sagan_discriminator", 0, resolution=64, width=1)
   with pytest.raises(ValueError, match="labels must be class ids of shape"):

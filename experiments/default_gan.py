@@ -1,0 +1,140 @@
+"""The default GAN experiment (configs/gan/default.py) once per attention variant.
+
+  python -m experiments.default_gan [--variants=none,sa,refined,hamburger,conv]
+      [--steps=N] [--workdir=workdirs/default_gan]
+
+For each variant: the digits-FID of the untrained generator (step 0), then the
+training run with its periodic evaluations; reported: conditional accuracy
+(share of class-k samples the digits classifier labels k), digits-FID (FID in
+that classifier's 64-d feature space; lower is better), its ratio to the
+untrained G's, IS, KID and wall time (training + evaluations, the classifier's
+one-off training excluded; a stopped run resumed with a smaller --steps counts
+the time up to its restored checkpoint plus the final evaluation). Goal (issue 14): every variant ≥ 90% conditional
+accuracy and FID ≤ a tenth of the untrained G's in ≤ 15 minutes on a 2-core CPU.
+The digits classifier (configs/default.py) is trained once into
+<workdir>/digits_classifier and shared by all variants.
+
+Writes experiments/results/default_gan.{md,json,png} (png: FID over training per
+variant) and default_gan_<variant>_samples.png (the last sample grid).
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import time
+
+from absl import app, flags, logging
+
+from attention_lab.train.tasks import gan as gan_task
+from attention_lab.train.trainer import Trainer
+from configs.gan import default
+from experiments import measure
+
+_VARIANTS = flags.DEFINE_list("variants", ["none", "sa", "refined", "hamburger", "conv"],
+                              "Attention variants to train.")
+_STEPS = flags.DEFINE_integer("steps", 0, "Training steps (0: the config's).")
+_WORKDIR = flags.DEFINE_string("workdir", "workdirs/default_gan", "Where the runs live.")
+_NOTE = flags.DEFINE_string("note", "", "A line for the results (e.g. the machine's load).")
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def variant_config(variant: str, workdir: str, steps: int):
+  config = default.get_config()
+  config.model.attention = variant
+  config.eval.classifier_workdir = os.path.join(workdir, "digits_classifier")
+  config.checkpoint_every_steps = 100  # a stopped benchmark resumes close to where it was
+  if steps:
+    config.num_train_steps = steps
+    config.eval_every_steps = min(config.eval_every_steps, steps)
+  return config
+
+
+def run_variant(variant: str, workdir: str, steps: int) -> dict:
+  config = variant_config(variant, workdir, steps)
+  run_dir = os.path.join(workdir, variant)
+  call_start = time.time()
+  trainer = Trainer(config, run_dir)
+  untrained = None
+  started = pathlib.Path(run_dir, "started.json")
+  resumed_from = int(trainer.state["step"])
+  if resumed_from == 0:
+    started.write_text(json.dumps({"time": call_start}))
+    untrained = trainer.evaluate()
+    state_time = call_start
+  else:  # resumed (e.g. after a stop): count the time up to the restored checkpoint
+    state_time = pathlib.Path(trainer.checkpoints.directory, str(resumed_from)).stat().st_mtime
+  summary = trainer.run()
+  wall = (state_time - json.loads(started.read_text())["time"]) + (time.time() - call_start)
+  with open(os.path.join(run_dir, "fid_history.json")) as f:
+    history = json.load(f)
+  untrained = untrained or history[0]
+  images = sorted(pathlib.Path(run_dir, "images").glob("samples_*.png"))
+  if images:
+    shutil.copy(images[-1], RESULTS / f"default_gan_{variant}_samples.png")
+  fid, fid0 = summary["eval_fid"], untrained["eval_fid"]
+  acc = summary["eval_conditional_accuracy"]
+  return dict(variant=variant, steps=config.num_train_steps, batch=config.batch_size,
+              width=config.model.width, conditional_accuracy=acc, fid=fid,
+              untrained_fid=fid0, fid_ratio=fid / fid0, inception_score=summary["eval_is"],
+              kid=summary["eval_kid"], wall_s=wall, history=history,
+              meets_goal=bool(acc >= 0.9 and fid <= fid0 / 10 and wall <= 900))
+
+
+def markdown(rows, machine: str, classifier: dict, note: str) -> str:
+  lines = [
+      "# Default GAN experiment: conditional SAGAN on digits, per attention variant", "",
+      f"Measured on {machine}. Command: `python -m experiments.default_gan`. {note}".strip(), "",
+      "configs/gan/default.py: G and D at 32×32 (BigGAN 32² layout, width "
+      f"{rows[0]['width'] if rows else '?'}), context module at 16², hinge loss, Adam (0, 0.9), "
+      f"TTUR 2e-4 / 4e-4, batch {rows[0]['batch'] if rows else '?'}, no EMA. Scores over 2,000 "
+      "class-balanced samples from a fixed key, in the feature space of the digits classifier "
+      "(configs/default.py, "
+      f"test top-1 {classifier.get('eval_top1', float('nan')):.3f}); digits-FID lower is better. "
+      "Goal: conditional accuracy ≥ 0.90 and FID ≤ untrained FID / 10 within 15 minutes.", "",
+      "| attention | steps | cond. accuracy | digits-FID | untrained G's FID | ratio | IS | KID | "
+      "wall time | goal |",
+      "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(
+        f"| {r['variant']} | {r['steps']} | {r['conditional_accuracy']:.3f} | {r['fid']:.3f} | "
+        f"{r['untrained_fid']:.2f} | {r['fid_ratio']:.3f} | {r['inception_score']:.2f} | "
+        f"{r['kid']:.4f} | {r['wall_s'] / 60:.1f} min | {'met' if r['meets_goal'] else 'not met'} |")
+  grids = [r["variant"] for r in rows
+           if (RESULTS / f"default_gan_{r['variant']}_samples.png").exists()]
+  lines += ["", "FID over training: [default_gan.png](default_gan.png)" + (
+      "; last sample grids (columns = classes 0-9): " + ", ".join(
+          f"[{v}](default_gan_{v}_samples.png)" for v in grids) if grids else ""), ""]
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  workdir = _WORKDIR.value
+  RESULTS.mkdir(parents=True, exist_ok=True)
+  json_path = RESULTS / "default_gan.json"
+  previous = json.loads(json_path.read_text()) if json_path.exists() else {}
+  rows = {r["variant"]: r for r in previous.get("rows", [])}
+  start = time.time()
+  ev = variant_config("none", workdir, _STEPS.value).eval
+  gan_task.digits_classifier(ev, workdir)
+  classifier_s = time.time() - start
+  classifier = Trainer(gan_task.load_config_file(ev.classifier_config),
+                       ev.classifier_workdir).evaluate()
+  for variant in _VARIANTS.value:
+    logging.info("Training variant %s", variant)
+    rows[variant] = run_variant(variant, workdir, _STEPS.value)
+    ordered = [rows[v] for v in ("none", "sa", "refined", "hamburger", "conv") if v in rows]
+    machine = measure.machine_line(measure.machine())
+    json_path.write_text(json.dumps(
+        {"rows": ordered, "classifier": classifier, "classifier_s": classifier_s,
+         "machine": machine, "note": _NOTE.value}, indent=1))
+    (RESULTS / "default_gan.md").write_text(markdown(ordered, machine, classifier, _NOTE.value))
+    gan_task.plot_history({r["variant"]: r["history"] for r in ordered},
+                          str(RESULTS / "default_gan.png"))
+    print(markdown(ordered, machine, classifier, _NOTE.value), flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,158 @@
+"""The GAN task: one step's pieces, EMA, exact resume, and the `:tiny` default end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_lab.train import tasks
+from attention_lab.train.tasks import gan
+from attention_lab.train.trainer import Trainer, make_mesh
+from configs.gan import default
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def tiny(tmp_path, **overrides):
+  config = default.get_config("tiny")
+  config.eval.features = "none"
+  config.mesh.num_devices = 2
+  config.batch_size = 4
+  for key, value in overrides.items():
+    target = config
+    *path, last = key.split(".")
+    for name in path:
+      target = target[name]
+    target[last] = value
+  return config
+
+
+def leaves(tree):
+  return [np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+                     else x) for x in jax.tree.leaves(tree)]
+
+
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory):
+  """A tiny conditional GAN with G frozen (lr 0) and EMA 0.9: the initial state, a fixed real
+  batch and the states after each of 6 steps. D's output layer and class embedding start at
+  zero, so its hinge loss starts at exactly 2 (a random tiny D may start with it at 0)."""
+  tmp = tmp_path_factory.mktemp("gan")
+  config = tiny(tmp, **{"g_optimizer.learning_rate": 0.0, "d_optimizer.learning_rate": 5e-3,
+                        "ema_decay": 0.9})
+  task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp), 4))
+  state = jax.jit(task.init_state)()
+
+  def zero_head(path, x):
+    top = getattr(path[0], "key", None)
+    return jnp.zeros_like(x) if top in ("linear", "embed") and x.ndim == 2 else x
+
+  state["discriminator"]["params"] = jax.tree_util.tree_map_with_path(
+      zero_head, state["discriminator"]["params"])
+  batch = task.env.global_batch(next(task.train_batches(0)))
+  step = jax.jit(task.train_step)
+  states, d_losses = [state], []
+  for _ in range(6):
+    state, values = step(state, batch)
+    states.append(state)
+    d_losses.append(float(values.compute()["d_loss"]))
+  return task, states, d_losses, batch
+
+
+def test_discriminator_loss_falls_on_a_fixed_generator(stepped):
+  _, states, d_losses, _ = stepped
+  for a, b in zip(leaves(states[0]["generator"]["params"]),
+                  leaves(states[-1]["generator"]["params"])):
+    np.testing.assert_array_equal(a, b)  # G frozen
+  assert np.isfinite(d_losses).all()
+  assert d_losses[0] == pytest.approx(2.0)
+  assert np.mean(d_losses[-2:]) < 1.9, d_losses
+
+
+def test_generator_gradient_is_nonzero(stepped):
+  task, states, _, _ = stepped
+  state = states[-1]  # D trained (its zeroed head has moved)
+  z, y = task._latent(jax.random.key(3), 4)  # pylint: disable=protected-access
+
+  def g_loss(params):
+    gen = task.generator.model({**state["generator"], "params": params}, train=True)
+    disc = task.discriminator.model(state["discriminator"], train=True)
+    return -jnp.mean(disc(gen(z, y), y))
+
+  grads = leaves(jax.jit(jax.grad(g_loss))(state["generator"]["params"]))
+  assert all(np.isfinite(g).all() for g in grads)
+  nonzero = sum(int(np.count_nonzero(g)) for g in grads) / sum(g.size for g in grads)
+  assert nonzero > 0.5  # conditional BN rows of absent classes are the zeros
+
+
+def test_ema_update_is_exact(stepped):
+  _, states, _, _ = stepped
+  for before, after in zip(states[:2], states[1:3]):
+    ema0, ema1 = leaves(before["ema"]), leaves(after["ema"])
+    params = leaves(after["generator"]["params"])
+    for e0, e1, p in zip(ema0, ema1, params):
+      expected = np.float32(0.9) * e0 + (np.float32(1) - np.float32(0.9)) * p
+      np.testing.assert_allclose(e1, expected, rtol=1e-6, atol=0)
+  assert np.array_equal(states[0]["step"], 0) and int(states[-1]["step"]) == 6
+
+
+def test_ema_before_its_start_step_copies_the_weights():
+  params = {"w": jnp.array([1.0, 2.0])}
+  assert np.array_equal(gan.ema_update({"w": jnp.array([5.0, 7.0])}, params, 0.0)["w"], [1, 2])
+  np.testing.assert_allclose(gan.ema_update({"w": jnp.array([5.0, 7.0])}, params, 0.75)["w"],
+                             [4.0, 5.75])
+
+
+def test_resume_is_exact(tmp_path):
+  """3 steps straight == 2 steps, a new Trainer restored from the workdir, 1 more step:
+  G, D, both optimizer states, the EMA and the RNG all equal."""
+  config = tiny(tmp_path, num_train_steps=3, eval_every_steps=100, ema_decay=0.5,
+                d_steps=2, checkpoint_every_steps=1)
+  straight = Trainer(config, str(tmp_path / "a"))
+  straight.run()
+  first = Trainer(config, str(tmp_path / "b"))
+  first.run(until_step=2)
+  resumed = Trainer(config, str(tmp_path / "b"))
+  assert int(resumed.state["step"]) == 2
+  resumed.run()
+  assert set(resumed.state) == {"step", "generator", "discriminator", "ema", "rng"}
+  for key in ("generator", "discriminator", "ema"):
+    for a, b in zip(leaves(resumed.state[key]), leaves(straight.state[key])):
+      np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(jax.random.key_data(resumed.state["rng"]),
+                                jax.random.key_data(straight.state["rng"]))
+
+
+def test_bad_config_names_the_field(tmp_path):
+  for overrides, match in (({"d_steps": 0}, "d_steps"), ({"ema_decay": 1.0}, "ema_decay"),
+                           ({"eval.features": "clip"}, "eval.features"),
+                           ({"dataset.name": "mnist"}, "dataset.name"),
+                           ({"model.context_side": 32}, "context_side")):
+    with pytest.raises(ValueError, match=match):
+      config = tiny(tmp_path, **overrides)
+      task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path), 4))
+      jax.eval_shape(task.init_state)
+
+
+def test_tiny_default_through_main(tmp_path):
+  """`python -m attention_lab.main --config=configs/gan/default.py:tiny`: trains its tiny digits
+  classifier, two GAN steps, scores (FID, IS, KID, conditional accuracy) and pictures."""
+  workdir = tmp_path / "w"
+  env = {**os.environ, "PYTHONPATH": REPO, "TFDS_DATA_DIR": str(tmp_path / "tfds")}
+  out = subprocess.run(
+      [sys.executable, "-m", "attention_lab.main", "--config=configs/gan/default.py:tiny",
+       f"--workdir={workdir}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  final = out.stdout.strip().splitlines()[-1]
+  for name in ("eval_fid", "eval_is", "eval_kid", "eval_conditional_accuracy", "train_d_loss"):
+    assert name in final, final
+  history = json.loads((workdir / "fid_history.json").read_text())
+  assert [h["step"] for h in history] == [2] and history[0]["eval_fid"] >= 0
+  assert (workdir / "fid_history.png").exists()
+  assert list((workdir / "images").glob("samples_*.png"))
+  assert list((tmp_path / "tfds" / "gan_statistics").glob("digits_train_32px_64_digits-*.npz"))
