@@ -25,6 +25,7 @@ setuptools.setup(
         "tensorboard>=2.20",
         "scikit-learn>=1.5",
         "matplotlib>=3.9",
+        "pycocotools>=2.0.8",  # COCO mAP (evaluation/coco.py)
         "numpy>=2.0",
     ],
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},

@@ -50,6 +50,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       name="retinanet", backbone="resnet50", width=1.0, features=256, head_convs=4,
       min_level=3, max_level=7, head_norm="batch", p6_input="p5", dtype="bfloat16"))
   config.anchors.anchor_scale = 4.0
+  config.inference.pre_nms_top_k = 1000
 
   config.batch_size = 64
   config.num_epochs = 150

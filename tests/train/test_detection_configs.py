@@ -31,8 +31,7 @@ def test_default_tiny_through_main(tmp_path, data_dir):
   assert list((tmp_path / "images").glob("detections_*.png"))  # boxes drawn on eval images
 
 
-@pytest.mark.parametrize("module,backbone", [(default, "resnet"), (default, "aa_resnet"),
-                                             (coco_retinanet, "aa_resnet")])
+@pytest.mark.parametrize("module,backbone", [(default, "aa_resnet"), (coco_retinanet, "resnet")])
 def test_cpu_preset_trains_two_steps(tmp_path, data_dir, module, backbone):
   config = module.get_config("cpu")
   config.dataset.data_dir = data_dir
