@@ -37,31 +37,40 @@ _ROOT = flags.DEFINE_string("workdir_root", "/tmp/det_bench", "Parent of the wor
 _STATS_ONLY = flags.DEFINE_bool("stats_only", False, "Only the RetinaNet-50 counts.")
 _BACKBONES = flags.DEFINE_list("backbones", ["resnet", "aa_resnet"], "Backbones to train.")
 _OVERRIDES = flags.DEFINE_list("overrides", [], "Extra --config.<key>=<value> overrides.")
+_CONCURRENT = flags.DEFINE_bool("concurrent", False,
+                                "Train the backbones at the same time (times then include "
+                                "their contention with each other).")
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 PAPER = {"resnet50": (33.4e6, 182.0, 36.8), "aa_resnet50": (33.1e6, 182.0, 38.2)}
 
 
-def run_default(backbone: str) -> dict:
+def start(backbone: str):
   workdir = pathlib.Path(_ROOT.value) / backbone
   shutil.rmtree(workdir, ignore_errors=True)
-  load_before = os.getloadavg()[0]
-  start = time.perf_counter()
-  result = subprocess.run(
+  workdir.mkdir(parents=True)
+  log = open(workdir.parent / f"{backbone}.log", "w")  # pylint: disable=consider-using-with
+  process = subprocess.Popen(
       [sys.executable, "-m", "attention_lab.main", "--config=configs/detection/default.py",
        f"--workdir={workdir}", f"--config.model.backbone={backbone}"]
       + [f"--config.{o}" for o in _OVERRIDES.value],
-      capture_output=True, text=True, check=False)
-  seconds = time.perf_counter() - start
-  if result.returncode:
-    raise RuntimeError(result.stderr[-3000:])
-  final = {k: float(v) for k, v in
-           re.findall(r"(\w+)=(-?[\d.]+)", result.stdout.split("Final:")[-1])}
+      stdout=subprocess.PIPE, stderr=log, text=True)
+  return process, workdir, os.getloadavg()[0], time.perf_counter()
+
+
+def finish(backbone: str, started) -> dict:
+  process, workdir, load_before, start_time = started
+  stdout, _ = process.communicate()
+  seconds = time.perf_counter() - start_time
+  if process.returncode:
+    raise RuntimeError(f"{backbone} failed; see {workdir.parent / (backbone + '.log')}")
+  final = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", stdout.split("Final:")[-1])}
   pictures = sorted((workdir / "images").glob("detections_*.png"))
   if pictures:
     shutil.copy(pictures[-1], RESULTS / f"default_detection_{backbone}.png")
   return {"backbone": backbone, "seconds": seconds, "load_before": load_before,
-          "load_after": os.getloadavg()[0], **final}
+          "load_after": os.getloadavg()[0], "concurrent": _CONCURRENT.value,
+          "overrides": list(_OVERRIDES.value), **final}
 
 
 def model_counts() -> list[dict]:
@@ -89,9 +98,13 @@ def main(argv):
   runs = previous.get("runs", [])
   if not _STATS_ONLY.value:
     runs = [r for r in runs if r["backbone"] not in _BACKBONES.value]
-    for backbone in _BACKBONES.value:
-      runs.append(run_default(backbone))
-      print(runs[-1], flush=True)
+    if _CONCURRENT.value:
+      started = {b: start(b) for b in _BACKBONES.value}
+      runs += [finish(b, started[b]) for b in _BACKBONES.value]
+    else:
+      for backbone in _BACKBONES.value:
+        runs.append(finish(backbone, start(backbone)))
+        print(runs[-1], flush=True)
   counts = model_counts()
   machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
              f"{jax.device_count()} JAX CPU device(s), jax {jax.__version__}")
@@ -105,14 +118,16 @@ def main(argv):
            "--config.model.backbone=<backbone>` (wall time end to end: start, data, "
            "compilation, training, evaluation). COCOeval on the 500 test scenes.", "",
            "| backbone | mAP@[.5:.95] | AP50 | AP75 | AP small | AP medium | wall time (s) | "
-           "load before / after |", "|---|---|---|---|---|---|---|---|"]
+           "load before / after | concurrent | overrides |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for r in runs:
     lines.append(
         f"| {r['backbone']} | {r.get('eval_map', float('nan')):.4f} | "
         f"{r.get('eval_ap50', float('nan')):.4f} | {r.get('eval_ap75', float('nan')):.4f} | "
         f"{r.get('eval_ap_small', float('nan')):.4f} | "
         f"{r.get('eval_ap_medium', float('nan')):.4f} | {r['seconds']:.0f} | "
-        f"{r['load_before']:.1f} / {r['load_after']:.1f} |")
+        f"{r['load_before']:.1f} / {r['load_after']:.1f} | {r.get('concurrent', False)} | "
+        f"{' '.join(r.get('overrides', [])) or '-'} |")
   lines += ["", "RetinaNet at 640×640, 80 classes: parameters (all trainable arrays) and "
             "forward GFlops (2 × MAdd from the jaxpr), beside AA Table 5.", "",
             "| backbone | P6 from | params | paper params | GFlops | paper GFlops | paper mAP |",
