@@ -15,15 +15,10 @@ from configs.detection import default
 REPO = pathlib.Path(__file__).parents[2]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp("tfds"))
-
-
-def test_default_tiny_through_main(tmp_path, data_dir):
+def test_default_tiny_through_main(tmp_path, digit_scenes_dir):
   result = subprocess.run(
       [sys.executable, "-m", "attention_lab.main", "--config=configs/detection/default.py:tiny",
-       f"--workdir={tmp_path}", f"--config.dataset.data_dir={data_dir}"],
+       f"--workdir={tmp_path}", f"--config.dataset.data_dir={digit_scenes_dir}"],
       cwd=REPO, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "eval_map=" in result.stdout and "eval_ap50=" in result.stdout
@@ -32,9 +27,9 @@ def test_default_tiny_through_main(tmp_path, data_dir):
 
 
 @pytest.mark.parametrize("module,backbone", [(default, "aa_resnet"), (coco_retinanet, "resnet")])
-def test_cpu_preset_trains_two_steps(tmp_path, data_dir, module, backbone):
+def test_cpu_preset_trains_two_steps(tmp_path, digit_scenes_dir, module, backbone):
   config = module.get_config("cpu")
-  config.dataset.data_dir = data_dir
+  config.dataset.data_dir = digit_scenes_dir
   config.model.backbone = backbone
   trainer = Trainer(config, str(tmp_path))
   summary = trainer.run(until_step=2)
