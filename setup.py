@@ -27,6 +27,7 @@ setuptools.setup(
         "matplotlib>=3.9",
         "scikit-image>=0.24",  # restoration_photos (bundled photos) and SSIM references
         "tifffile>=2024.1",  # CARE test stacks
+        "pycocotools>=2.0.8",  # COCO mAP (evaluation/coco.py)
         "numpy>=2.0",
     ],
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},

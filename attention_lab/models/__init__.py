@@ -6,4 +6,4 @@ __all__ = ["create", "names", "register"]
 
 # Importing a model module registers its names.
 from attention_lab.models import (  # noqa: E402,F401
-    attention_cnn, mnasnet, mobilenet, resnet, sagan, segmentation, unet, wide_resnet)
+    attention_cnn, mnasnet, mobilenet, resnet, retinanet, sagan, segmentation, unet, wide_resnet)

@@ -1,0 +1,216 @@
+"""Object detection: RetinaNet (focal loss, smooth-L1 boxes) and COCO mAP by COCOeval.
+
+State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel),
+`config.model.name = "retinanet"` on any ResNet / SE-ResNet / AA-ResNet backbone.
+Data: data/detection.py (`digit_scenes`, `coco/2017`).
+
+Loss (Lin et al. 2017, Sec. 4): anchors matched by IoU (≥ `loss.positive_iou`
+positive, < `loss.negative_iou` background, ignored in between; each box's
+best anchors positive too); focal loss (α, γ) summed over every non-ignored
+anchor and class, plus `loss.box_weight` × smooth-L1 (β) of the encoded box
+deltas over positive anchors, both divided by the number of positive anchors
+in the global batch.
+
+Evaluation: `ops.boxes.postprocess` (per-level top-k, score threshold, per-class
+NMS, ≤ `inference.max_detections`), detections and ground truth gathered from
+every process (`multihost_utils.process_allgather`), scored by pycocotools'
+COCOeval: eval_map (mAP@[.5:.95], the headline), eval_ap50, eval_ap75,
+eval_ap_small / medium / large (−1 where the split has no such objects).
+"""
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from clu import metrics
+from jax.experimental import multihost_utils
+
+from attention_lab.data import detection as data
+from attention_lab.evaluation import coco
+from attention_lab.ops import boxes as box_ops
+from attention_lab.train import optim
+from attention_lab.train.tasks import base
+
+_REPORTED = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar100")
+
+
+@flax.struct.dataclass
+class DetectionMetrics(metrics.Collection):
+  loss: metrics.Average.from_output("loss")
+  focal_loss: metrics.Average.from_output("focal_loss")
+  box_loss: metrics.Average.from_output("box_loss")
+  positives: metrics.Average.from_output("positives")
+
+
+class Detection(base.Task):
+  """One RetinaNet, one optimizer; whole-set COCO mAP on the eval split."""
+
+  headline = "map"
+
+  def __init__(self, config, env):
+    super().__init__(config, env)
+    self.info = data.dataset_info(config)
+    self.num_classes = self.info.num_classes
+    size = config.dataset.image_size
+    a = config.anchors
+    self.anchor_boxes = box_ops.anchors(
+        size, min_level=config.model.min_level, max_level=config.model.max_level,
+        anchor_scale=a.anchor_scale, scales_per_octave=a.scales_per_octave,
+        aspect_ratios=tuple(a.aspect_ratios))
+    per_location = box_ops.num_anchors_per_location(a.scales_per_octave, tuple(a.aspect_ratios))
+    self.level_sizes = [(-(-size // 2 ** l)) ** 2 * per_location
+                        for l in range(config.model.min_level, config.model.max_level + 1)]
+    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
+    self.total_steps = config.get("num_train_steps") or int(
+        config.num_epochs * self.steps_per_epoch)
+    self.schedule = optim.make_schedule(
+        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    self.net = base.TrainableModel(
+        lambda rngs: base.create_model(config.model, num_classes=self.num_classes,
+                                       num_anchors=per_location, image_size=size, rngs=rngs),
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+    self._jit_detect = None
+
+  def init_state(self):
+    return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
+
+  def from_pretrained(self, state):
+    """`config.init_from`: a torchvision ResNet .pth or our classification checkpoint
+    (workdir / checkpoints dir / step dir); its backbone replaces ours (FPN and heads
+    keep their initialisation)."""
+    path = self.config.get("init_from", "")
+    if not path:
+      return state
+    from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
+    return backbone_weights.load_into(state, path)
+
+  # Loss.
+  def loss_and_metrics(self, cls_logits, box_deltas, batch):
+    cfg = self.config.loss
+    anchor_boxes = jnp.asarray(self.anchor_boxes)
+    index, label = jax.vmap(lambda b, m: box_ops.match(
+        anchor_boxes, b, m, positive_iou=cfg.positive_iou, negative_iou=cfg.negative_iou))(
+            batch["boxes"].astype(jnp.float32), batch["box_mask"])
+    positive = label == 1
+    gt_labels = jnp.take_along_axis(batch["labels"], index, axis=1)
+    targets = jax.nn.one_hot(gt_labels, self.num_classes) * positive[..., None]
+    focal = box_ops.sigmoid_focal_loss(cls_logits, targets, alpha=cfg.alpha, gamma=cfg.gamma)
+    focal = jnp.sum(focal * (label >= 0)[..., None])
+    gt_boxes = jnp.take_along_axis(batch["boxes"].astype(jnp.float32), index[..., None], axis=1)
+    box_targets = box_ops.encode(gt_boxes, anchor_boxes[None])
+    box = box_ops.smooth_l1(box_deltas - box_targets, beta=cfg.smooth_l1_beta).sum(-1)
+    box = jnp.sum(box * positive)
+    num_positive = jnp.sum(positive)
+    norm = jnp.maximum(num_positive, 1).astype(jnp.float32)
+    focal, box = focal / norm, cfg.box_weight * box / norm
+    loss = focal + box
+    values = DetectionMetrics.single_from_model_output(
+        loss=loss, focal_loss=focal, box_loss=box,
+        positives=num_positive.astype(jnp.float32) / cls_logits.shape[0])
+    return loss, values
+
+  def train_step(self, state, batch):
+    def loss_fn(params):
+      model = self.net.model({**state, "params": params}, train=True)
+      cls_logits, box_deltas = model(batch["image"])
+      loss, values = self.loss_and_metrics(cls_logits, box_deltas, batch)
+      return loss, (base.non_params(model), values)
+
+    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+
+  def train_batches(self, start_step):
+    return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
+                               start_step=start_step)
+
+  # Inference and evaluation.
+  def detect(self, state, images):
+    """images (B, S, S, C) → boxes (B, D, 4) yxyx input pixels, scores, classes, valid."""
+    cls_logits, box_deltas = self.net.model(state, train=False)(images)
+    cfg = self.config.inference
+    anchor_boxes = jnp.asarray(self.anchor_boxes)
+    return jax.vmap(lambda c, d: box_ops.postprocess(
+        c, d, anchor_boxes, self.level_sizes, image_size=self.config.dataset.image_size,
+        pre_nms_top_k=cfg.pre_nms_top_k, score_threshold=cfg.score_threshold,
+        iou_threshold=cfg.iou_threshold, max_detections=cfg.max_detections))(
+            cls_logits, box_deltas)
+
+  def eval_step(self, state, batch):
+    """Detections in original-image pixels, with the batch's ground truth passed through
+    (so one gather keeps them aligned on every process)."""
+    det_boxes, scores, classes, valid = self.detect(state, batch["image"])
+    out = {k: v for k, v in batch.items() if k != "image"}
+    out.update(det_boxes=det_boxes / batch["scale"][:, None, None], det_scores=scores,
+               det_classes=classes, det_valid=valid)
+    return out
+
+  def _gathered_outputs(self, state, batches):
+    if self._jit_detect is None:
+      self._jit_detect = jax.jit(self.eval_step)
+    outputs = []
+    for batch in batches:
+      out = self._jit_detect(state, self.env.global_batch(batch))
+      outputs.append(multihost_utils.process_allgather(out, tiled=True))
+    if not outputs:
+      raise ValueError("the evaluation split yielded no batches")
+    return {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
+
+  def evaluate(self, state):
+    limit = self.config.get("eval_max_batches") or None
+    batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
+                                max_batches=limit)
+    out = self._gathered_outputs(state, batches)
+    stats = coco_map(out, self.num_classes)
+    return {f"eval_{k}": stats[k] for k in _REPORTED}
+
+  def image_summaries(self, state):
+    count = self.config.get("num_summary_images", 4)
+    if not count:
+      return {}
+    batch = next(data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
+                                   max_batches=1))
+    out = self._gathered_outputs(state, [batch])
+    images = data.denormalize(batch["image"][:count])
+    drawn = [draw_boxes(images[i], out["boxes"][i][out["box_mask"][i]] * out["scale"][i],
+                        out["det_boxes"][i] * out["scale"][i], out["det_scores"][i],
+                        out["det_classes"][i], out["det_valid"][i],
+                        threshold=self.config.get("summary_score_threshold", 0.3))
+             for i in range(min(count, len(images)))]
+    return {"detections": np.stack(drawn)}
+
+  def learning_rates(self, step):
+    return {"learning_rate": float(self.schedule(step - 1))}
+
+
+def coco_map(out: dict, num_classes: int) -> dict[str, float]:
+  """COCOeval on gathered eval outputs (arrays over every eval image, padded with `mask`)."""
+  ground_truth = coco.coco_ground_truth(
+      out["boxes"], out["labels"], out["box_mask"], crowd=out["crowd"], area=out["area"],
+      image_mask=out["mask"], image_sizes=out["image_size"], num_classes=num_classes)
+  detections = coco.detections_array(out["det_boxes"], out["det_scores"], out["det_classes"],
+                                     out["det_valid"], image_mask=out["mask"])
+  return coco.evaluate(ground_truth, detections)
+
+
+def draw_boxes(image, gt_boxes, boxes, scores, classes, valid, *, threshold=0.3,
+               upscale=None) -> np.ndarray:
+  """uint8 (H, W, 3) image with ground truth (green) and detections ≥ threshold (red,
+  labelled class:score); small images are enlarged (nearest) to ≥ 256 pixels first."""
+  from PIL import Image, ImageDraw  # pylint: disable=g-import-not-at-top
+  image = np.asarray(image)
+  if image.shape[-1] == 1:
+    image = np.repeat(image, 3, -1)
+  upscale = upscale or max(1, 256 // max(image.shape[:2]))
+  picture = Image.fromarray(image).resize(
+      (image.shape[1] * upscale, image.shape[0] * upscale), Image.NEAREST)
+  draw = ImageDraw.Draw(picture)
+  for y0, x0, y1, x1 in np.asarray(gt_boxes) * upscale:
+    draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(0, 255, 0))
+  for (y0, x0, y1, x1), s, c, v in zip(np.asarray(boxes) * upscale, scores, classes, valid):
+    if v and s >= threshold:
+      draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(255, 0, 0))
+      draw.text((x0 + 1, y0 + 1), f"{int(c)}:{s:.2f}", fill=(255, 64, 64))
+  return np.asarray(picture)
+
+
+TASK = Detection
