@@ -27,14 +27,13 @@ if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-import difflib
-import importlib.util
 import logging as std_logging
-import re
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from attention_lab import cli
 
 # TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
 # a bad command line is reported in about a second.
@@ -48,94 +47,6 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-class ConfigError(ValueError):
-  """A bad command line or configuration: reported as one line, exit status 2."""
-
-
-def _fail(message: str, status: int = 2):
-  print(f"error: {message}", file=sys.stderr, flush=True)
-  sys.exit(status)
-
-
-def _config_argument(argv):
-  for i, arg in enumerate(argv):
-    if arg.startswith("--config="):
-      return arg[len("--config="):]
-    if arg == "--config" and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
-
-
-def _load_config(spec: str):
-  """The config of `FILE[:preset]` as config_flags builds it, with one-line errors."""
-  path, _, preset = spec.partition(":")
-  if not os.path.isfile(path):
-    raise ConfigError(f"--config = {path!r}: no such file (expected a configs/**.py file, "
-                      "optionally with ':preset')")
-  module_spec = importlib.util.spec_from_file_location("_attention_lab_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  if not hasattr(module, "get_config"):
-    raise ConfigError(f"--config = {path!r}: the file defines no get_config()")
-  try:
-    return module.get_config(preset) if preset else module.get_config()
-  except ValueError as e:
-    raise ConfigError(f"--config = {spec!r}: {e}") from None
-
-
-def _check_overrides(config, argv) -> None:
-  """Every --config.a.b=... names an existing field; otherwise the closest names."""
-  for arg in argv:
-    if not arg.startswith("--config."):
-      continue
-    dotted = arg[len("--config."):].split("=", 1)[0]
-    node, parents = config, []
-    for part in dotted.split("."):
-      keys = list(node.keys()) if hasattr(node, "keys") else []
-      if part not in keys:
-        where = ".".join(parents) or "the config"
-        close = difflib.get_close_matches(part, keys, n=1)
-        hint = f"; did you mean {'.'.join(parents + close)!r}?" if close else ""
-        raise ConfigError(f"--config.{dotted}: unknown field {part!r} in {where}{hint} "
-                          f"(fields: {', '.join(sorted(keys))})")
-      node, parents = node[part], parents + [part]
-
-
-def _parse_flags(argv):
-  """absl flag parsing with one-line errors (exit 2) instead of tracebacks."""
-  debug = "--debug" in argv
-  try:
-    spec = _config_argument(argv)
-    if spec is not None:
-      _check_overrides(_load_config(spec), argv)
-    return flags.FLAGS(argv)
-  except (ConfigError, flags.Error) as e:
-    if debug:
-      raise
-    lines = [line for line in str(e).splitlines() if line.strip()]
-    _fail(lines[-1] if "Traceback" in str(e) else lines[0])
-
-
-def _leaves(config, prefix=""):
-  for key, value in config.items():
-    if hasattr(value, "items"):
-      yield from _leaves(value, f"{prefix}{key}.")
-    else:
-      yield f"{prefix}{key}", value
-
-
-def _name_field(message: str, config) -> str:
-  """'attention must be one of ...' → 'model.attention = 'x': must be one of ...' when the
-  field is unambiguous in the config."""
-  match = re.match(r"(\w+) must be ", message)
-  if not match:
-    return message
-  paths = [(p, v) for p, v in _leaves(config) if p.rsplit(".", 1)[-1] == match.group(1)]
-  if len(paths) != 1 or paths[0][0] == match.group(1):
-    return message
-  return f"{paths[0][0]} = {paths[0][1]!r}: {message}"
 
 
 def _cluster_detected() -> bool:
@@ -156,34 +67,11 @@ def initialize_distributed(config) -> None:
   if given:
     missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
     if missing and not _cluster_detected():
-      raise ConfigError(f"--{', --'.join(missing)} missing: multi-host needs "
+      raise cli.ConfigError(f"--{', --'.join(missing)} missing: multi-host needs "
                         "--coordinator_address, --num_processes and --process_id together")
     jax.distributed.initialize(**given)
   elif config.get("distributed") or _cluster_detected():
     jax.distributed.initialize()
-
-
-def _silenced_stderr(enabled: bool):
-  """Silences file descriptor 2 (C++ start-up chatter of TensorFlow and libtpu) while
-  `enabled`; Python exceptions still surface after it is restored."""
-  import contextlib  # pylint: disable=g-import-not-at-top
-
-  @contextlib.contextmanager
-  def silence():
-    if not enabled:
-      yield
-      return
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-      yield
-    finally:
-      os.dup2(saved, 2)
-      os.close(saved)
-      os.close(devnull)
-
-  return silence()
 
 
 class _QuietLibraries(std_logging.Filter):
@@ -199,7 +87,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   global trainer_lib
-  with _silenced_stderr(not flags.FLAGS["verbosity"].present):
+  with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     from attention_lab.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
   trainer_lib.install_sigterm_handler()
@@ -210,7 +98,7 @@ def main(argv):
   config = _CONFIG.value
   try:
     initialize_distributed(config)
-    with _silenced_stderr(not flags.FLAGS["verbosity"].present):
+    with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
       jax.devices()  # backend start-up (libtpu probes on a machine without TPUs)
     if jax.process_index() > 0 and not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.ERROR)  # process 0 speaks for all
@@ -222,14 +110,14 @@ def main(argv):
   except ValueError as e:
     if _DEBUG.value:
       raise
-    _fail(f"{_name_field(str(e), config)} (--debug shows the traceback)")
+    cli.fail(f"{cli.name_field(str(e), config)} (--debug shows the traceback)")
   except trainer_lib.NonFiniteError as e:
     if _DEBUG.value:
       raise
-    _fail(str(e), status=1)
+    cli.fail(str(e), status=1)
   if not trainer.preempted:
     trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)

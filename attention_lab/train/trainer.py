@@ -35,11 +35,21 @@ from jax.sharding import PartitionSpec as P
 from attention_lab.train import tasks
 
 
-def make_mesh(config) -> jax.sharding.Mesh:
-  """A 1-D ("data",) mesh over `config.mesh.num_devices` devices (-1: all)."""
+def make_mesh(config, devices=None) -> jax.sharding.Mesh:
+  """A 1-D ("data",) mesh over `config.mesh.num_devices` of `devices` (default
+  `jax.devices()`; -1: all of them)."""
+  devices = jax.devices() if devices is None else list(devices)
   n = config.mesh.num_devices
-  devices = jax.devices() if n == -1 else jax.devices()[:n]
+  if n != -1 and not 0 < n <= len(devices):
+    raise ValueError(f"mesh.num_devices = {n}: must be -1 (all) or 1..{len(devices)}")
+  devices = devices if n == -1 else devices[:n]
   return jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Auto,), devices=devices)
+
+
+def jit_train_step(task, shardings):
+  """The loop's jitted train step: `state` donated, the new state in its shardings. The
+  loop and `attention_lab.aot` compile exactly this."""
+  return jax.jit(task.train_step, donate_argnums=0, out_shardings=(shardings, None))
 
 
 def state_shardings(state, mesh, rule: str):
@@ -252,8 +262,7 @@ class Trainer:
 
     abstract = jax.eval_shape(self.task.init_state)
     self.shardings = state_shardings(abstract, self.mesh, config.mesh.param_sharding)
-    self.train_step = jax.jit(self.task.train_step, donate_argnums=0,
-                              out_shardings=(self.shardings, None))
+    self.train_step = jit_train_step(self.task, self.shardings)
     self.checkpoints = ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, "checkpoints")),
         options=ocp.CheckpointManagerOptions(
@@ -338,7 +347,8 @@ class Trainer:
       return metric_writers.MultiWriter([])  # only process 0 writes
     writer = metric_writers.create_default_writer(self.workdir, just_logging=False,
                                                   asynchronous=False)
-    return _OncePerStep(writer, _written_steps(self.workdir) if start > 0 else {})
+    del start  # a killed run may have written points even before its first checkpoint
+    return _OncePerStep(writer, _written_steps(self.workdir))
 
   def _progress(self, step: int, summary: dict[str, float], rate: float, last: int) -> str:
     names = [k for k in ("loss", self.task.headline) if f"train_{k}" in summary]
