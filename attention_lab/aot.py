@@ -28,7 +28,11 @@ default (one-pass) precision, and it ignores communication and input feeding.
 import contextlib
 import json
 import os
+import re
 import sys
+import types
+
+import numpy as np
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -60,8 +64,6 @@ _SPLIT_SIZES = {"imagenet2012": {"train": 1_281_167, "validation": 50_000}}
 def _without_data():
   """Lets tasks read `builder.info.splits[...]` of a dataset that is not prepared on this
   machine (e.g. ImageNet): the compiled step depends on feature shapes, not split sizes."""
-  import types  # pylint: disable=g-import-not-at-top
-
   from tensorflow_datasets.core import splits  # pylint: disable=g-import-not-at-top
   original = splits.SplitDict.__getitem__
   missing = []
@@ -79,6 +81,11 @@ def _without_data():
     yield missing
   finally:
     splits.SplitDict.__getitem__ = original
+
+
+def _is_key(x) -> bool:
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def analyse(config, topology: str) -> dict:
@@ -114,10 +121,32 @@ def analyse(config, topology: str) -> dict:
                        abstract, shardings)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}
-  compiled = trainer.jit_train_step(task, shardings).lower(state, batch).compile()
-  memory = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  lowered = trainer.jit_train_step(task, shardings).lower(state, batch)
+  try:
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    if "Ran out of memory" not in str(e):
+      raise
+    # XLA:TPU refuses a program that cannot fit; its message gives the temporaries. The
+    # rest from the shapes: per-device shards of state (donated, so also the outputs)
+    # and batch, FLOPs of the unpartitioned program / devices.
+    shard_bytes = lambda tree: sum(  # pylint: disable=unnecessary-lambda-assignment
+        int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+        for x in jax.tree.leaves(tree) if not _is_key(x))
+    needed = re.search(r"HLO temporaries \(([\d.]+)([KMGT]?)\)", str(e))
+    temp = float(needed.group(1)) * 1024 ** " KMGT".index(needed.group(2) or " ") if needed else 0
+    memory = types.SimpleNamespace(
+        argument_size_in_bytes=shard_bytes(state) + shard_bytes(batch),
+        output_size_in_bytes=shard_bytes(state), alias_size_in_bytes=shard_bytes(state),
+        temp_size_in_bytes=int(temp))
+    cost = dict(lowered.cost_analysis() or {})
+    cost = {k: float(cost.get(k, 0.0)) / mesh.size for k in ("flops", "bytes accessed")}
+    compiled_ok = False
+  else:
+    memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    compiled_ok = True
   flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
            + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
@@ -128,7 +157,8 @@ def analyse(config, topology: str) -> dict:
       "output_bytes": int(memory.output_size_in_bytes),
       "temp_bytes": int(memory.temp_size_in_bytes),
       "alias_bytes": int(memory.alias_size_in_bytes),
-      "total_bytes": int(total), "hbm_bytes": int(hbm), "fits": bool(total <= hbm),
+      "total_bytes": int(total), "hbm_bytes": int(hbm),
+      "fits": bool(compiled_ok and total <= hbm), "compiled": compiled_ok,
       "flops": flops, "bytes_accessed": accessed,
       "peak_flops_per_s": peak, "hbm_bytes_per_s": bandwidth,
       "step_time_s": max(flops / peak, accessed / bandwidth),
@@ -173,9 +203,10 @@ def main(argv):
     with open(_JSON.value, "w") as f:
       json.dump(result, f, indent=1)
   if not result["fits"]:
+    refused = "" if result["compiled"] else " (XLA:TPU refused to compile it)"
     print(f"error: {result['total_bytes'] / GIB:.2f} GiB per device does not fit in "
           f"{result['hbm_bytes'] / GIB:.0f} GiB of {result['device_kind']} HBM on "
-          f"{result['topology']}", file=sys.stderr, flush=True)
+          f"{result['topology']}{refused}", file=sys.stderr, flush=True)
     sys.exit(1)
 
 
