@@ -9,8 +9,8 @@ arguments) only where JAX detects a cluster by itself (Cloud TPU VMs, SLURM,
 Kubernetes JobSets) or when `--config.distributed=True`.
 
 The console: one line per log step, one per evaluation, a final line, all on
-stdout from process 0 only; library INFO chatter is hidden unless --verbosity (or
--v) is given. A bad configuration is one line on stderr naming the field, the
+stdout from process 0 only; library INFO chatter is hidden unless --verbosity (or -v
+N) is given. A bad configuration is one line on stderr naming the field, the
 value and what is allowed, with exit status 2 (--debug: the traceback instead); a
 non-finite loss is one line and exit status 1; SIGTERM saves the step reached and
 exits 0.
