@@ -200,7 +200,8 @@ def _written_steps(workdir: str) -> dict[str, int]:
   last = {}
   for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
     try:
-      for event in tf.compat.v1.train.summary_iterator(path):
+      for record in tf.data.TFRecordDataset(path):
+        event = tf.compat.v1.Event.FromString(record.numpy())
         for value in event.summary.value:
           last[value.tag] = max(last.get(value.tag, -1), event.step)
     except tf.errors.DataLossError:  # the killed run's last record was cut short
