@@ -77,7 +77,10 @@ def main(argv):
       "in `v4:2x2x2`) 137.5 TFLOP/s, 16 GiB, 614 GB/s (Google Cloud TPU docs); a lower",
       "bound that ignores collectives and input feeding. ImageNet is not prepared on this",
       "machine: its split sizes only set the schedule, not the compiled step. Compiled on a",
-      "2-core CPU shared with other jobs.", "", *rows, ""])
+      "2-core CPU shared with other jobs (about 25 minutes of wall time per compile of",
+      "SANet there); rows marked \"not compiled\" were not reached before the deadline of",
+      "the session that wrote this file: `python -m experiments.aot_table` fills them.",
+      "", *rows, ""])
   with open(os.path.join(RESULTS, "aot_table.md"), "w") as f:
     f.write(text)
   print(text)
