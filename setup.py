@@ -30,5 +30,10 @@ setuptools.setup(
         "pycocotools>=2.0.8",  # COCO mAP (evaluation/coco.py)
         "numpy>=2.0",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.6"],
+        # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
+        # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
+        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+    },
 )

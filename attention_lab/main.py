@@ -1,26 +1,81 @@
 """Entry point: python -m attention_lab.main --config=configs/<file>.py[:preset] --workdir=DIR.
 
-Any config field can be overridden with --config.<key>=<value>. Multi-host
-runs (TPU pods, several GPU hosts) call jax.distributed.initialize() when
---config.distributed=True or when the environment names a coordinator.
+Any config field can be overridden with --config.<key>=<value>.
+
+Multi-host (TPU pod slices, several GPU hosts, SLURM): every process runs the same
+command. `--coordinator_address=HOST:PORT --num_processes=N --process_id=I` are
+passed to `jax.distributed.initialize`; without them it is called (with no
+arguments) only where JAX detects a cluster by itself (Cloud TPU VMs, SLURM,
+Kubernetes JobSets) or when `--config.distributed=True`.
+
+The console: one line per log step, one per evaluation, a final line, all on
+stdout from process 0 only; library INFO chatter is hidden unless --verbosity (or -v
+N) is given. A bad configuration is one line on stderr naming the field, the
+value and what is allowed, with exit status 2 (--debug: the traceback instead); a
+non-finite loss is one line and exit status 1; SIGTERM saves the step reached and
+exits 0.
 """
 
-import logging as std_logging
 import os
+import signal
+import sys
+
+_EARLY_SIGTERM = []  # a SIGTERM during the imports below; handed to the loop in main()
+if __name__ == "__main__":
+  signal.signal(signal.SIGTERM, lambda *_: _EARLY_SIGTERM.append(True))
+  if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import logging as std_logging
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attention_lab.train.trainer import Trainer
+from attention_lab import cli
+
+# TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
+# a bad command line is reported in about a second.
+trainer_lib = None
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and TensorBoard logs.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-host: HOST:PORT of process 0's coordinator service.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _cluster_detected() -> bool:
+  """Whether JAX would find the process count and id by itself (TPU pod, SLURM, k8s)."""
+  try:
+    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+    return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+               if not env.opt_in_only_method)
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def initialize_distributed(config) -> None:
+  """jax.distributed.initialize from the flags, or auto-detected; nothing on one host."""
+  given = {"coordinator_address": _COORDINATOR.value, "num_processes": _NUM_PROCESSES.value,
+           "process_id": _PROCESS_ID.value}
+  given = {k: v for k, v in given.items() if v is not None}
+  if given:
+    missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
+    if missing and not _cluster_detected():
+      raise cli.ConfigError(f"--{', --'.join(missing)} missing: multi-host needs "
+                        "--coordinator_address, --num_processes and --process_id together")
+    jax.distributed.initialize(**given)
+  elif config.get("distributed") or _cluster_detected():
+    jax.distributed.initialize()
+
+
 class _QuietLibraries(std_logging.Filter):
-  """Keeps orbax's per-save INFO chatter out of the console; warnings still pass."""
+  """Keeps orbax's per-save INFO chatter out of a verbose console; warnings still pass."""
 
   def filter(self, record):
     return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
@@ -29,16 +84,40 @@ class _QuietLibraries(std_logging.Filter):
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  global trainer_lib
+  with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from attention_lab.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  trainer_lib.install_sigterm_handler()
+  if _EARLY_SIGTERM:
+    trainer_lib.PREEMPTION.requested = True
+  if not flags.FLAGS["verbosity"].present:
+    tfds.disable_progress_bar()
   config = _CONFIG.value
-  if config.get("distributed") or os.environ.get("JAX_COORDINATOR_ADDRESS"):
-    jax.distributed.initialize()
-  logging.info("JAX process %d/%d, devices: %s", jax.process_index(), jax.process_count(),
-               jax.devices())
-  trainer = Trainer(config, _WORKDIR.value)
-  print(f"TensorBoard logs: tensorboard --logdir {os.path.abspath(_WORKDIR.value)}", flush=True)
-  summary = trainer.run()
-  print("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())), flush=True)
+  try:
+    initialize_distributed(config)
+    with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
+      jax.devices()  # backend start-up (libtpu probes on a machine without TPUs)
+    if jax.process_index() > 0 and not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.ERROR)  # process 0 speaks for all
+    trainer = trainer_lib.Trainer(config, _WORKDIR.value)
+    trainer.say(f"{jax.process_count()} process(es), {jax.device_count()} "
+                f"{jax.devices()[0].platform} device(s); TensorBoard logs: tensorboard --logdir "
+                f"{os.path.abspath(_WORKDIR.value)}")
+    summary = trainer.run()
+  except ValueError as e:
+    if _DEBUG.value:
+      raise
+    cli.fail(f"{cli.name_field(str(e), config)} (--debug shows the traceback)")
+  except trainer_lib.NonFiniteError as e:
+    if _DEBUG.value:
+      raise
+    cli.fail(str(e), status=1)
+  if not trainer.preempted:
+    trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

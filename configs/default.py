@@ -19,7 +19,7 @@ import ml_collections
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0
-  config.distributed = False
+  config.distributed = False  # True: jax.distributed.initialize() with auto-detection
 
   config.dataset = ml_collections.ConfigDict()
   config.dataset.name = "digits"
@@ -60,6 +60,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.log_every_steps = 50
   config.eval_every_steps = 250
   config.checkpoint_every_steps = 250
+  config.first_checkpoint_secs = 180  # one early checkpoint after this much work
   config.keep_checkpoints = 2
 
   if preset == "tiny":

@@ -14,9 +14,12 @@ reductions (gradients, BatchNorm statistics over the global batch), so the loss
 does not depend on the device count.
 """
 
+import contextlib
+import glob
 import os
 import signal
 import tempfile
+import time
 
 import jax
 import jax.numpy as jnp
@@ -24,18 +27,29 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
-from clu import metric_writers, periodic_actions
+from clu import metric_writers
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attention_lab.train import tasks
 
 
-def make_mesh(config) -> jax.sharding.Mesh:
-  """A 1-D ("data",) mesh over `config.mesh.num_devices` devices (-1: all)."""
+def make_mesh(config, devices=None) -> jax.sharding.Mesh:
+  """A 1-D ("data",) mesh over `config.mesh.num_devices` of `devices` (default
+  `jax.devices()`; -1: all of them)."""
+  devices = jax.devices() if devices is None else list(devices)
   n = config.mesh.num_devices
-  devices = jax.devices() if n == -1 else jax.devices()[:n]
+  if n != -1 and not 0 < n <= len(devices):
+    raise ValueError(f"mesh.num_devices = {n}: must be -1 (all) or 1..{len(devices)}")
+  devices = devices if n == -1 else devices[:n]
   return jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Auto,), devices=devices)
+
+
+def jit_train_step(task, shardings):
+  """The loop's jitted train step: `state` donated, the new state in its shardings. The
+  loop and `attention_lab.aot` compile exactly this."""
+  return jax.jit(task.train_step, donate_argnums=0, out_shardings=(shardings, None))
 
 
 def state_shardings(state, mesh, rule: str):
@@ -80,30 +94,176 @@ def _unstorable(restored, like):
       restored, like)
 
 
+class NonFiniteError(RuntimeError):
+  """A train step gave a non-finite metric (loss) or state; the run stopped before saving it."""
+
+
+class _Interrupted(BaseException):
+  """Raised by the SIGTERM handler inside an interruptible region (not an Exception, so a
+  task's `except Exception` cannot swallow it)."""
+
+
+class _Preemption:
+  """SIGTERM state shared by `main` and the loop.
+
+  The handler raises a flag that the loop reads after every step. Inside an
+  `interruptible()` region (single-process evaluation and waiting for data, where the
+  state of the last finished step is intact) it also aborts the region, so a long
+  evaluation does not delay the save.
+  """
+
+  def __init__(self):
+    self.requested = False
+    self._armed = False
+    self._previous = None
+
+  def _handler(self, signum, frame):
+    del signum, frame
+    self.requested = True
+    if self._armed:
+      self._armed = False
+      raise _Interrupted()
+
+  def install(self) -> bool:
+    """Installs the handler; False when it was already installed (e.g. by `main`)."""
+    if signal.getsignal(signal.SIGTERM) == self._handler:
+      return False
+    self._previous = signal.signal(signal.SIGTERM, self._handler)
+    return True
+
+  def uninstall(self) -> None:
+    signal.signal(signal.SIGTERM, self._previous)
+
+  @contextlib.contextmanager
+  def interruptible(self, enabled: bool = True):
+    if not enabled:
+      yield
+      return
+    if self.requested:
+      raise _Interrupted()
+    self._armed = True
+    try:
+      yield
+    finally:
+      self._armed = False
+
+
+PREEMPTION = _Preemption()
+
+
+def install_sigterm_handler() -> None:
+  """Catches SIGTERM from now on; `main` calls it first, so a signal during start-up counts."""
+  PREEMPTION.install()
+
+
+def validate_config(config) -> None:
+  """Task-neutral checks of the fields every run has, anywhere in the config tree:
+  learning rates, batch sizes and `*_every_steps` must be > 0, epochs and step counts
+  >= 0. Raises ValueError naming the field, the value and what is allowed."""
+  for path, value in _leaves(config):
+    name = path.rsplit(".", 1)[-1]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    if name in ("learning_rate", "batch_size", "keep_checkpoints") or name.endswith(
+        "_every_steps"):
+      if not value > 0:
+        raise ValueError(f"{path} = {value!r}: must be > 0")
+    elif name in ("num_epochs", "num_train_steps") and not value >= 0:
+      raise ValueError(f"{path} = {value!r}: must be >= 0")
+
+
+def _leaves(config, prefix=""):
+  for key, value in config.items():
+    path = f"{prefix}{key}"
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      yield from _leaves(value, path + ".")
+    else:
+      yield path, value
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  """True when every floating-point leaf of `tree` is finite (one fused reduction)."""
+  checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
+
+
+def _hms(seconds: float) -> str:
+  seconds = int(round(seconds))
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _written_steps(workdir: str) -> dict[str, int]:
+  """The last step of every TensorBoard tag already in `workdir` (from a killed run)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  last = {}
+  for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
+    try:
+      for record in tf.data.TFRecordDataset(path):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        for value in event.summary.value:
+          last[value.tag] = max(last.get(value.tag, -1), event.step)
+    except tf.errors.DataLossError:  # the killed run's last record was cut short
+      pass
+  return last
+
+
+class _OncePerStep:
+  """A clu writer that skips (tag, step) points the workdir's event files already hold, so a
+  resumed run does not draw a step twice (the killed run wrote the same values)."""
+
+  def __init__(self, writer, written: dict[str, int]):
+    self.writer, self.written = writer, written
+
+  def _new(self, step, values):
+    return {k: v for k, v in values.items() if step > self.written.get(k, -1)}
+
+  def write_scalars(self, step, scalars):
+    if scalars := self._new(step, scalars):
+      self.writer.write_scalars(step, scalars)
+
+  def write_images(self, step, images):
+    if images := self._new(step, images):
+      self.writer.write_images(step, images)
+
+  def flush(self):
+    self.writer.flush()
+
+  def close(self):
+    self.writer.close()
+
+
 class Trainer:
   """Builds the task, mesh, state and checkpoints from a config; `run()` trains."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config, self.workdir = config, workdir
+    self.preempted = False
+    validate_config(config)
     _check_workdir(workdir)
     self.mesh = make_mesh(config)
     num_devices = self.mesh.size
     if config.batch_size % num_devices:
       raise ValueError(
-          f"batch_size (global, {config.batch_size}) must be divisible by the number of "
+          f"batch_size = {config.batch_size}: must be divisible by the number of "
           f"devices in the mesh ({num_devices})")
     if config.batch_size % jax.process_count():
-      raise ValueError(f"batch_size ({config.batch_size}) must be divisible by the process "
+      raise ValueError(f"batch_size = {config.batch_size}: must be divisible by the process "
                        f"count ({jax.process_count()})")
     self.local_batch = config.batch_size // jax.process_count()
     self.env = tasks.Environment(self.mesh, workdir, self.local_batch)
     self.task = tasks.create(config, self.env)
     self.total_steps = self.task.total_steps
+    if self.total_steps <= 0:
+      raise ValueError(
+          f"num_train_steps = {config.get('num_train_steps')}, num_epochs = "
+          f"{config.get('num_epochs')}: give {self.total_steps} train steps; set "
+          "num_train_steps > 0 or num_epochs > 0")
 
     abstract = jax.eval_shape(self.task.init_state)
     self.shardings = state_shardings(abstract, self.mesh, config.mesh.param_sharding)
-    self.train_step = jax.jit(self.task.train_step, donate_argnums=0,
-                              out_shardings=(self.shardings, None))
+    self.train_step = jit_train_step(self.task, self.shardings)
     self.checkpoints = ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, "checkpoints")),
         options=ocp.CheckpointManagerOptions(
@@ -117,8 +277,31 @@ class Trainer:
       target = jax.tree.map(self._restore_target, abstract, self.shardings)
       restored = self.checkpoints.restore(latest, args=ocp.args.StandardRestore(target))
       self.state = _unstorable(restored, abstract)
-      logging.info("Resumed from %s at step %d", self.checkpoints.directory, latest)
-    logging.info("%s parameters", f"{count_parameters(self.state):,}")
+      self.say(f"Resumed from {self.checkpoints.directory} at step {latest}")
+    self.num_parameters = count_parameters(self.state)
+    table = self._write_parameter_table()
+    self.say(f"Parameters: {self.num_parameters:,}" + (f" (table: {table})" if table else ""))
+
+  def say(self, line: str) -> None:
+    """One console line on stdout, from process 0 only."""
+    if jax.process_index() == 0:
+      print(line, flush=True)
+
+  def _write_parameter_table(self) -> str | None:
+    if jax.process_index() > 0:
+      return None
+    rows = [(jax.tree_util.keystr(path, simple=True, separator="/"), str(tuple(leaf.shape)),
+             f"{int(np.prod(leaf.shape)):,}", str(leaf.dtype))
+            for path, leaf in jax.tree_util.tree_leaves_with_path(self.state)
+            if any(getattr(k, "key", None) == "params" for k in path)]
+    rows = [("name", "shape", "size", "dtype")] + rows + [
+        ("total", "", f"{self.num_parameters:,}", "")]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    path = os.path.join(self.workdir, "parameters.txt")
+    with open(path, "w") as f:
+      for r in rows:
+        f.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+    return path
 
   def _restore_target(self, like, sharding):
     if _is_key(like):  # stored as raw uint32 key data, replicated
@@ -137,47 +320,136 @@ class Trainer:
     step = int(self.state["step"])
     self.checkpoints.save(step, args=ocp.args.StandardSave(_storable(self.state)), force=force)
 
+  def _agree(self, *flags: bool) -> tuple[bool, ...]:
+    """Each flag, true if it is true on any process (an all-gather when there are several)."""
+    if jax.process_count() == 1:
+      return tuple(bool(f) for f in flags)
+    gathered = multihost_utils.process_allgather(np.asarray(flags, np.int32))
+    return tuple(bool(f) for f in np.asarray(gathered).reshape(-1, len(flags)).max(axis=0))
+
+  def _check_finite(self, step: int, finite, values) -> None:
+    if not bool(finite):
+      shown = ", ".join(f"{k}={float(v):.4g}" for k, v in sorted(values.compute().items()))
+      raise NonFiniteError(
+          f"non-finite training metrics at step {step} ({shown}); stopped. The latest "
+          f"checkpoint (step {self.checkpoints.latest_step()}) is the last finite one.")
+
+  def _save_checked(self, step: int) -> None:
+    """Saves the state of `step` after checking it is finite (never saves NaN weights)."""
+    if not bool(_all_finite(self.state)):
+      raise NonFiniteError(
+          f"non-finite state after step {step}; stopped. The latest checkpoint (step "
+          f"{self.checkpoints.latest_step()}) is the last finite one.")
+    if self.checkpoints.latest_step() != step:
+      self.save(force=True)
+
+  def _writer(self, start: int):
+    if jax.process_index() > 0:
+      return metric_writers.MultiWriter([])  # only process 0 writes
+    writer = metric_writers.create_default_writer(self.workdir, just_logging=False,
+                                                  asynchronous=False)
+    del start  # a killed run may have written points even before its first checkpoint
+    return _OncePerStep(writer, _written_steps(self.workdir))
+
+  def _progress(self, step: int, summary: dict[str, float], rate: float, last: int) -> str:
+    names = [k for k in ("loss", self.task.headline) if f"train_{k}" in summary]
+    names = list(dict.fromkeys(names)) or sorted(
+        k[len("train_"):] for k in summary if k.startswith("train_"))[:4]
+    metrics_text = "  ".join(f"{k} {summary[f'train_{k}']:.4f}" for k in names)
+    eta = _hms((last - step) / rate) if rate > 0 else "?"
+    return (f"step {step}/{self.total_steps}  {metrics_text}  {rate:.2f} steps/s  ETA {eta}")
+
+  def _eval_line(self, step: int, evaluation: dict[str, float]) -> str:
+    head = f"eval_{self.task.headline}"
+    names = sorted(evaluation, key=lambda k: (k != head, k))
+    return f"eval step {step}/{self.total_steps}  " + "  ".join(
+        f"{k[len('eval_'):] if k.startswith('eval_') else k} {evaluation[k]:.4f}" for k in names)
+
   def run(self, until_step: int | None = None) -> dict[str, float]:
     """Trains from the workdir's last checkpoint to `total_steps`, or only to `until_step`
     (a session budget: the schedule still spans `total_steps`); saves and returns the last
-    metrics."""
+    metrics. On SIGTERM it saves the step reached, sets `self.preempted` and returns."""
     config = self.config
     start = int(self.state["step"])
     last = self.total_steps if until_step is None else min(until_step, self.total_steps)
     if start >= last:  # already trained (e.g. a re-run of a finished workdir): just evaluate
       return self.evaluate()
-    writer = metric_writers.create_default_writer(
-        self.workdir, just_logging=jax.process_index() > 0)
-    report = periodic_actions.ReportProgress(
-        num_train_steps=self.total_steps, writer=writer, every_steps=config.log_every_steps,
-        every_secs=None)
-    stop = {"requested": False}
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(requested=True))
-    data = self.task.train_batches(start)
-    train_metrics, summary = None, {}
+    installed = PREEMPTION.install()
+    single = jax.process_count() == 1  # several processes: no aborted regions, agreed stops
+    writer = self._writer(start)
+    train_metrics, summary, pending = None, {}, None
+    step, saved = start, False
+    clock = time.monotonic()
+    early_at = clock + config.get("first_checkpoint_secs", 180)
+    log_step, log_time = start, clock
     try:
-      for step in range(start + 1, last + 1):
-        self.state, values = self.train_step(self.state, self.global_batch(next(data)))
-        train_metrics = values if train_metrics is None else train_metrics.merge(values)
-        report(step)
-        if step % config.log_every_steps == 0 or step == self.total_steps:
-          summary = {f"train_{k}": float(v) for k, v in train_metrics.compute().items()}
-          summary.update(self.task.learning_rates(step))
-          writer.write_scalars(step, summary)
-          train_metrics = None
-        if step % config.eval_every_steps == 0 or step == self.total_steps:
-          evaluation = self.evaluate()
-          writer.write_scalars(step, evaluation)
-          self._write_images(writer, step)
-          summary.update(evaluation)
-        if stop["requested"]:
-          logging.warning("SIGTERM: saving step %d and exiting", step)
-        self.save(force=step == last or stop["requested"])
-        if stop["requested"]:
-          break
+      try:
+        with PREEMPTION.interruptible(single):
+          data = self.task.train_batches(start)
+        while step < last and not self._agree(PREEMPTION.requested)[0]:
+          with PREEMPTION.interruptible(single):
+            batch = self.global_batch(next(data))
+          self.state, values = self.train_step(self.state, batch)
+          step += 1
+          if step == start + 1:  # steps/s from here on: compilation excluded
+            log_step, log_time = step, time.monotonic()
+          if pending is not None:  # the previous step's check, while this one runs
+            self._check_finite(*pending)
+          pending = (step, _all_finite(values), values)
+          train_metrics = values if train_metrics is None else train_metrics.merge(values)
+          is_log = step % config.log_every_steps == 0 or step == last
+          is_eval = step % config.eval_every_steps == 0 or step == self.total_steps
+          if is_log or is_eval:
+            self._check_finite(*pending)
+            pending = None
+          if is_log:
+            summary = {f"train_{k}": float(v) for k, v in train_metrics.compute().items()}
+            summary.update(self.task.learning_rates(step))
+            now = time.monotonic()
+            if step > log_step:
+              rate = (step - log_step) / max(now - log_time, 1e-9)
+            else:  # the first step (log_every_steps = 1): its time, compilation included
+              rate = 1 / max(now - clock, 1e-9)
+            log_step, log_time = step, now
+            writer.write_scalars(step, {**summary, "steps_per_sec": rate})
+            self.say(self._progress(step, summary, rate, last))
+            train_metrics = None
+          if is_eval:
+            with PREEMPTION.interruptible(single):
+              evaluation = self.evaluate()
+              writer.write_scalars(step, evaluation)
+              self.say(self._eval_line(step, evaluation))
+              self._write_images(writer, step)
+              summary.update(evaluation)
+          stop, early = self._agree(PREEMPTION.requested,
+                                    not saved and time.monotonic() >= early_at)
+          if stop or early or step % config.checkpoint_every_steps == 0 or step == last:
+            if pending is not None:
+              self._check_finite(*pending)
+              pending = None
+            self._save_checked(step)
+            saved = True
+          if stop:
+            break
+        if pending is not None:
+          self._check_finite(*pending)
+      except _Interrupted:  # SIGTERM in evaluation or data loading: `step` is complete
+        if pending is not None:
+          self._check_finite(*pending)
+        if step > start:
+          self._save_checked(step)
+      if PREEMPTION.requested:
+        PREEMPTION.requested = False
+        self.preempted = True
+        self.checkpoints.wait_until_finished()
+        latest = self.checkpoints.latest_step()
+        self.say(f"SIGTERM: saved step {latest} in {self.checkpoints.directory}; run the "
+                 "same command again to resume" if latest is not None else
+                 "SIGTERM before the first step: nothing to save")
     finally:
       self.checkpoints.wait_until_finished()
-      signal.signal(signal.SIGTERM, previous)
+      if installed:
+        PREEMPTION.uninstall()
       writer.flush()
     return summary
 

@@ -1,5 +1,6 @@
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_lab.data import pipeline
-from attention_lab.train.trainer import Trainer
+from attention_lab.train.trainer import NonFiniteError, Trainer
 from configs import default
 
 REPO = pathlib.Path(__file__).parents[2]
@@ -41,8 +42,17 @@ def test_main_trains_the_default_config_end_to_end(tmp_path, data_dir):
        "--config.model.attention=kronecker_qkv"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "TensorBoard logs" in result.stdout and "eval_top1=" in result.stdout
-  assert "ETA" in result.stderr  # clu ReportProgress
+  lines = result.stdout.splitlines()
+  assert "TensorBoard logs" in result.stdout
+  assert re.search(r"^Parameters: [\d,]+ \(table: .*parameters.txt\)$", result.stdout, re.M)
+  progress = [line for line in lines if line.startswith("step ")]
+  assert len(progress) == 2  # one line per log step (tiny: every 2 of 4 steps)
+  assert re.fullmatch(r"step 2/4  loss \d+\.\d{4}  top1 \d\.\d{4}  [\d.]+ steps/s  "
+                      r"ETA \d+:\d\d:\d\d", progress[0]), progress[0]
+  assert re.search(r"^eval step 4/4  top1 \d\.\d{4}  loss ", result.stdout, re.M)
+  assert lines[-1].startswith("Final: ") and "eval_top1=" in lines[-1]
+  assert not re.search(r"^[IW]\d{4} |INFO", result.stderr, re.M), result.stderr  # no chatter
+  assert (tmp_path / "parameters.txt").read_text().splitlines()[-1].startswith("total")
   assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard scalars
   assert (tmp_path / "checkpoints" / "4").is_dir()
 
@@ -94,7 +104,12 @@ def test_resume_is_exact(tmp_path, data_dir, attention):
 @pytest.mark.parametrize("overrides,match", [
     ({"model.name": "no_such_net"}, "unknown model name"),
     ({"model.attention": "no_such_op"}, "attention must be one of"),
-    ({"batch_size": 12}, "divisible by the number of devices"),
+    ({"batch_size": 12}, "batch_size = 12: must be divisible by the number of devices"),
+    ({"batch_size": 0}, "batch_size = 0: must be > 0"),
+    ({"optimizer.learning_rate": -0.1}, r"optimizer.learning_rate = -0.1: must be > 0"),
+    ({"num_train_steps": -1}, "num_train_steps = -1: must be >= 0"),
+    ({"num_train_steps": 0, "num_epochs": 0}, "give 0 train steps"),
+    ({"log_every_steps": 0}, "log_every_steps = 0: must be > 0"),
     ({"optimizer.schedule": "linear"}, "optimizer.schedule"),
     ({"dataset.name": "mnist_in_a_box"}, "dataset name"),
     ({"model.dtype": "float16"}, "model.dtype"),
@@ -104,6 +119,12 @@ def test_bad_configs_fail_fast(tmp_path, data_dir, overrides, match):
     Trainer(tiny_config(data_dir, **overrides), str(tmp_path))
 
 
+def test_batch_not_divisible_by_the_process_count(tmp_path, data_dir, monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 3)
+  with pytest.raises(ValueError, match="batch_size = 16: must be divisible by the process count"):
+    Trainer(tiny_config(data_dir), str(tmp_path))
+
+
 def test_unwritable_workdir_fails_fast(tmp_path, data_dir):
   blocker = tmp_path / "file"
   blocker.write_text("not a directory")
@@ -111,23 +132,71 @@ def test_unwritable_workdir_fails_fast(tmp_path, data_dir):
     Trainer(tiny_config(data_dir), str(blocker / "workdir"))
 
 
-def test_sigterm_saves_and_stops(tmp_path, data_dir):
-  config = tiny_config(data_dir, **{"num_train_steps": 6, "checkpoint_every_steps": 100})
+def test_sigterm_in_data_loading_or_evaluation_saves_the_step_reached(tmp_path, data_dir):
+  """The signal lands while the loop waits for a batch (step 2 done), then, after a resume,
+  inside an evaluation (step 4 done): each time the finished step is saved at once and
+  the rest of the evaluation is abandoned."""
+  config = tiny_config(data_dir, **{"num_train_steps": 6, "checkpoint_every_steps": 100,
+                                    "eval_every_steps": 4})
+  trainer = Trainer(config, str(tmp_path))
+  batches, handler_before = trainer.task.train_batches, signal.getsignal(signal.SIGTERM)
+
+  def preempted_batches(start):
+    for i, batch in enumerate(batches(start)):
+      if i == 2:  # fetching the batch of step 3
+        os.kill(os.getpid(), signal.SIGTERM)
+      yield batch
+
+  trainer.task.train_batches = preempted_batches
+  trainer.run()
+  assert trainer.preempted and trainer.checkpoints.latest_step() == 2
+  assert signal.getsignal(signal.SIGTERM) is handler_before  # the trainer's handler is removed
+
+  resumed = Trainer(config, str(tmp_path))
+  assert int(resumed.state["step"]) == 2
+  evaluate, finished = resumed.task.evaluate, []
+
+  def preempted_evaluate(state):
+    os.kill(os.getpid(), signal.SIGTERM)
+    finished.append(evaluate(state))
+
+  resumed.task.evaluate = preempted_evaluate
+  resumed.run()
+  assert resumed.preempted and not finished
+  assert resumed.checkpoints.latest_step() == 4
+
+
+def test_non_finite_loss_stops_at_its_step_and_keeps_the_last_finite_checkpoint(
+    tmp_path, data_dir):
+  config = tiny_config(data_dir, **{"num_train_steps": 6, "checkpoint_every_steps": 2})
   trainer = Trainer(config, str(tmp_path))
   step_fn, calls = trainer.train_step, []
 
-  def preempted_step(state, batch):
+  def poisoned_step(state, batch):
     calls.append(1)
-    if len(calls) == 2:
-      os.kill(os.getpid(), signal.SIGTERM)  # a preemption notice during step 2
+    if len(calls) == 3:  # NaN weights going into step 3
+      state = {**state, "params": jax.tree.map(lambda x: x * np.nan, state["params"])}
     return step_fn(state, batch)
 
-  trainer.train_step = preempted_step
-  handler_before = signal.getsignal(signal.SIGTERM)
-  trainer.run()
-  assert len(calls) == 2 and trainer.checkpoints.latest_step() == 2
-  assert signal.getsignal(signal.SIGTERM) is handler_before  # the trainer's handler is removed
-  assert int(Trainer(config, str(tmp_path)).state["step"]) == 2  # resumes there
+  trainer.train_step = poisoned_step
+  with pytest.raises(NonFiniteError, match=r"at step 3 \(loss=nan.*latest checkpoint \(step 2\)"):
+    trainer.run()
+  assert trainer.checkpoints.latest_step() == 2
+  restored = Trainer(config, str(tmp_path)).state
+  assert int(restored["step"]) == 2
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored["params"]))
+
+
+def test_evaluation_does_not_depend_on_the_device_count(tmp_path, data_dir):
+  """The same checkpoint evaluated on 8 devices and on 1 (300 test digits: 18 full batches
+  of 16 and one padded one)."""
+  eight = Trainer(tiny_config(data_dir), str(tmp_path))
+  eight.run()
+  one = Trainer(tiny_config(data_dir, **{"mesh.num_devices": 1}), str(tmp_path))
+  assert int(one.state["step"]) == 4
+  a, b = eight.evaluate(), one.evaluate()
+  assert a.keys() == b.keys() and a["eval_top1"] == b["eval_top1"]
+  np.testing.assert_allclose([a[k] for k in sorted(a)], [b[k] for k in sorted(b)], atol=1e-6)
 
 
 def test_bfloat16_compute(tmp_path, data_dir):

@@ -12,6 +12,7 @@ loss. A task owns everything else. The loop calls, in order:
     state, metrics = jit(task.train_step)(state, env.global_batch(batch))
   task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
   task.image_summaries(state) -> {name: images}  # pictures, at every evaluation
+  task.batch_spec() -> {name: ShapeDtypeStruct}  # optional: global batch shapes (aot)
 
 `state` is any pytree of arrays (dicts of params / BatchNorm statistics /
 optimizer states / PRNG keys) with a scalar int32 "step"; `metrics` is a clu
@@ -102,6 +103,15 @@ class Task(abc.ABC):
   def learning_rates(self, step: int) -> dict[str, float]:
     del step
     return {}
+
+  def batch_spec(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of one global train batch (`attention_lab.aot` compiles the
+    train step from them, without data). Default: this process's first batch, scaled to
+    the global batch; tasks whose data may be absent (ImageNet...) override it."""
+    batch = next(iter(self.train_batches(0)))
+    scale = self.config.batch_size // self.env.local_batch_size
+    return {k: jax.ShapeDtypeStruct((v.shape[0] * scale, *v.shape[1:]), v.dtype)
+            for k, v in batch.items()}
 
   # Shared helper for tasks whose evaluation is a sum over eval batches.
   def evaluate_batches(self, state, eval_step: Callable, batches: Iterable[Batch]

@@ -81,6 +81,11 @@ class Classification(base.Task):
     total = self.evaluate_batches(state, self.eval_step, batches)
     return {f"eval_{k}": float(v) for k, v in total.compute().items()}
 
+  def batch_spec(self):
+    return {"image": jax.ShapeDtypeStruct((self.config.batch_size, *self.info.image_shape),
+                                          jnp.float32),
+            "label": jax.ShapeDtypeStruct((self.config.batch_size,), jnp.int32)}
+
   def learning_rates(self, step):
     return {"learning_rate": float(self.schedule(step - 1))}
 

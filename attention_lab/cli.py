@@ -1,0 +1,117 @@
+"""Command-line pieces shared by `attention_lab.main` and `attention_lab.aot`: config files
+checked before absl parses them, one-line errors (exit status 2) instead of tracebacks."""
+
+import contextlib
+import difflib
+import importlib.util
+import os
+import re
+import sys
+
+from absl import flags
+
+
+class ConfigError(ValueError):
+  """A bad command line or configuration: reported as one line, exit status 2."""
+
+
+def fail(message: str, status: int = 2):
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(status)
+
+
+def _config_argument(argv):
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config="):
+      return arg[len("--config="):]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _load_config(spec: str):
+  """The config of `FILE[:preset]` as config_flags builds it, with one-line errors."""
+  path, _, preset = spec.partition(":")
+  if not os.path.isfile(path):
+    raise ConfigError(f"--config = {path!r}: no such file (expected a configs/**.py file, "
+                      "optionally with ':preset')")
+  module_spec = importlib.util.spec_from_file_location("_attention_lab_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ConfigError(f"--config = {path!r}: the file defines no get_config()")
+  try:
+    return module.get_config(preset) if preset else module.get_config()
+  except ValueError as e:
+    raise ConfigError(f"--config = {spec!r}: {e}") from None
+
+
+def _check_overrides(config, argv) -> None:
+  """Every --config.a.b=... names an existing field; otherwise the closest names."""
+  for arg in argv:
+    if not arg.startswith("--config."):
+      continue
+    dotted = arg[len("--config."):].split("=", 1)[0]
+    node, parents = config, []
+    for part in dotted.split("."):
+      keys = list(node.keys()) if hasattr(node, "keys") else []
+      if part not in keys:
+        where = ".".join(parents) or "the config"
+        close = difflib.get_close_matches(part, keys, n=1)
+        hint = f"; did you mean {'.'.join(parents + close)!r}?" if close else ""
+        raise ConfigError(f"--config.{dotted}: unknown field {part!r} in {where}{hint} "
+                          f"(fields: {', '.join(sorted(keys))})")
+      node, parents = node[part], parents + [part]
+
+
+def parse_flags(argv):
+  """absl flag parsing with one-line errors (exit 2) instead of tracebacks."""
+  debug = "--debug" in argv
+  try:
+    spec = _config_argument(argv)
+    if spec is not None:
+      _check_overrides(_load_config(spec), argv)
+    return flags.FLAGS(argv)
+  except (ConfigError, flags.Error) as e:
+    if debug:
+      raise
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    fail(lines[-1] if "Traceback" in str(e) else lines[0])
+
+
+def _leaves(config, prefix=""):
+  for key, value in config.items():
+    if hasattr(value, "items"):
+      yield from _leaves(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", value
+
+
+def name_field(message: str, config) -> str:
+  """'attention must be one of ...' → 'model.attention = 'x': must be one of ...' when the
+  field is unambiguous in the config."""
+  match = re.match(r"(\w+) must be ", message)
+  if not match:
+    return message
+  paths = [(p, v) for p, v in _leaves(config) if p.rsplit(".", 1)[-1] == match.group(1)]
+  if len(paths) != 1 or paths[0][0] == match.group(1):
+    return message
+  return f"{paths[0][0]} = {paths[0][1]!r}: {message}"
+
+
+@contextlib.contextmanager
+def silenced_stderr(enabled: bool = True):
+  """Silences file descriptor 2 (C++ start-up chatter of TensorFlow and libtpu) while
+  `enabled`; Python exceptions still surface after it is restored."""
+  if not enabled:
+    yield
+    return
+  sys.stderr.flush()
+  saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+    os.close(devnull)

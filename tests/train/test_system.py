@@ -1,0 +1,195 @@
+"""The train system under real conditions, through `python -m attention_lab.main`:
+two processes on 127.0.0.1, SIGKILL and SIGTERM at random moments, resumption.
+
+Each subprocess sees one CPU device (the suite's 8-device XLA_FLAGS are overridden)
+and trains the tiny default config, so a process costs a few seconds.
+"""
+
+import os
+import pathlib
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from attention_lab.data import pipeline
+from attention_lab.train.trainer import Trainer
+from configs import default
+
+REPO = pathlib.Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("tfds"))
+  pipeline.get_builder("digits", path)  # prepared once, before processes race for it
+  return path
+
+
+def _env(devices: int = 1) -> dict[str, str]:
+  """The suite's XLA flags with `devices` CPU devices instead of 8."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
+  env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+  return env
+
+
+def _main(workdir, data_dir, *args, **popen):
+  return subprocess.Popen(
+      [sys.executable, "-m", "attention_lab.main", "--config=configs/default.py:tiny",
+       f"--workdir={workdir}", f"--config.dataset.data_dir={data_dir}", *args],
+      cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def _finish(process, timeout=300):
+  out, err = process.communicate(timeout=timeout)
+  return process.returncode, out, err
+
+
+def _scalars(workdir) -> dict[str, list[tuple[int, float]]]:
+  """Every (step, value) point of every tag in the workdir's TensorBoard files."""
+  points = {}
+  for path in sorted(pathlib.Path(workdir).glob("events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+      for value in event.summary.value:
+        if value.HasField("tensor") and not value.tensor.string_val:
+          points.setdefault(value.tag, []).append(
+              (event.step, float(tf.make_ndarray(value.tensor))))
+  return points
+
+
+def _tiny(data_dir, **overrides):
+  config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
+  for key, value in overrides.items():
+    node = config
+    *path, leaf = key.split(".")
+    for name in path:
+      node = node[name]
+    node[leaf] = value
+  return config
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_with_two_devices(tmp_path, data_dir, monkeypatch):
+  """2 processes × 1 CPU device on 127.0.0.1 == 1 process × 2 devices fed the same global
+  batches (each process reads its own half of the data), then resume from their checkpoint."""
+  overrides = {"model.dropout": 0.0, "log_every_steps": 1, "checkpoint_every_steps": 2,
+               "keep_checkpoints": 3}
+  args = [f"--config.{k}={v}" for k, v in overrides.items()]
+  workdir, port = tmp_path / "two", _free_port()
+  processes = [_main(workdir, data_dir, *args, f"--coordinator_address=127.0.0.1:{port}",
+                     "--num_processes=2", f"--process_id={i}") for i in range(2)]
+
+  # Meanwhile, in this process: 2 devices, the global batch = [process 0's | process 1's].
+  config = _tiny(data_dir, **overrides, **{"mesh.num_devices": 2})
+  reference = Trainer(config, str(tmp_path / "one"))
+  streams = []
+  for index in range(2):
+    monkeypatch.setattr(jax, "process_index", lambda index=index: index)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    streams.append(pipeline.train_iterator(config, local_batch_size=config.batch_size // 2))
+  monkeypatch.undo()
+  losses = []
+  for step in range(1, 5):
+    halves = [next(s) for s in streams]
+    batch = {k: np.concatenate([h[k] for h in halves]) for k in halves[0]}
+    reference.state, values = reference.train_step(reference.state, reference.global_batch(batch))
+    losses.append(float(values.compute()["loss"]))
+    if step == 2:
+      params_at_2 = [np.asarray(x) for x in jax.tree.leaves(reference.state["params"])]
+  expected_eval = reference.evaluate()
+
+  results = [_finish(p) for p in processes]
+  for code, out, err in results:
+    assert code == 0, err[-3000:]
+  assert "Final:" in results[0][1]
+  assert "step" not in results[1][1] and "Final" not in results[1][1]  # only process 0 prints
+  assert "2 process(es), 2 cpu device(s)" in results[0][1]
+  points = _scalars(workdir)
+  got = [v for _, v in sorted(points["train_loss"])]
+  np.testing.assert_allclose(got, losses, rtol=0, atol=1e-5)
+  assert losses[0] != losses[-1]
+  np.testing.assert_allclose(points["eval_loss"][-1][1], expected_eval["eval_loss"], atol=1e-5)
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["2", "4"]
+
+  # Resume from the two-process checkpoint of step 2 in one process with two devices.
+  resumed_dir = tmp_path / "resumed"
+  shutil.copytree(workdir / "checkpoints", resumed_dir / "checkpoints")
+  shutil.rmtree(resumed_dir / "checkpoints" / "4")
+  resumed = Trainer(config, str(resumed_dir))
+  assert int(resumed.state["step"]) == 2
+  for a, b in zip(jax.tree.leaves(resumed.state["params"]), params_at_2):
+    np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=1e-5)
+  summary = resumed.run()  # one process reads the whole split: other batches, same recipe
+  assert int(resumed.state["step"]) == 4 and np.isfinite(summary["train_loss"])
+
+
+def test_sigkill_then_sigterm_at_random_moments_lose_nothing(tmp_path, data_dir):
+  """SIGKILL at a random moment, rerun, SIGTERM at a random moment (saves the step it
+  reached, exit 0), rerun to the end: the same final metrics as an uninterrupted run, and
+  no TensorBoard point written twice."""
+  seed = random.randrange(10**6)
+  rng = random.Random(seed)
+  args = ["--config.num_train_steps=40", "--config.log_every_steps=1",
+          "--config.eval_every_steps=10", "--config.checkpoint_every_steps=5",
+          "--config.keep_checkpoints=20"]
+  straight = _main(tmp_path / "straight", data_dir, *args)
+  workdir = tmp_path / "interrupted"
+
+  def started(process):  # waits for the first progress line, returns the lines read
+    lines = []
+    while not any(line.startswith("step ") for line in lines):
+      line = process.stdout.readline()
+      assert line, process.stderr.read()[-3000:]
+      lines.append(line)
+    return lines
+
+  killed = _main(workdir, data_dir, *args)
+  started(killed)
+  time.sleep(rng.uniform(0.0, 2.0))
+  killed.kill()
+  killed.wait()
+
+  preempted = _main(workdir, data_dir, *args)
+  lines = started(preempted)
+  time.sleep(rng.uniform(0.0, 2.0))
+  preempted.send_signal(signal.SIGTERM)
+  code, out, err = _finish(preempted)
+  out = "".join(lines) + out
+  assert code == 0, f"seed {seed}: {err[-3000:]}"
+  saved = re.search(r"SIGTERM: saved step (\d+)", out)
+  if saved is None:  # the run ended before the signal arrived (a very slow machine)
+    assert "Final:" in out, out
+  else:
+    reached = max(int(s) for s in re.findall(r"^step (\d+)/", out, re.M))
+    assert int(saved.group(1)) == reached, f"seed {seed}: {out}"
+    assert (workdir / "checkpoints" / saved.group(1)).is_dir()
+
+  code, out, err = _finish(_main(workdir, data_dir, *args))
+  assert code == 0, err[-3000:]
+  if saved is not None:
+    assert f"at step {saved.group(1)}" in out  # "Resumed from ... at step N"
+  code, expected_out, err = _finish(straight)
+  assert code == 0, err[-3000:]
+  assert out.splitlines()[-1] == expected_out.splitlines()[-1]  # the Final: line
+  interrupted, uninterrupted = _scalars(workdir), _scalars(tmp_path / "straight")
+  for tag in ("train_loss", "eval_loss", "eval_top1"):
+    steps = [s for s, _ in interrupted[tag]]
+    assert len(steps) == len(set(steps)), f"seed {seed}: {tag} written twice: {steps}"
+    np.testing.assert_allclose(sorted(interrupted[tag]), sorted(uninterrupted[tag]),
+                               rtol=0, atol=1e-6, err_msg=f"seed {seed}")
