@@ -27,5 +27,9 @@ setuptools.setup(
         "matplotlib>=3.9",
         "numpy>=2.0",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.6"]},
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.6"],
+        # experiments/relative_timm.py puts timm's BottleneckAttn beside ours (optional).
+        "timm": ["torch", "timm"],
+    },
 )
