@@ -68,6 +68,8 @@ def relative_attention_2d_before(q, k, v, rel_h, rel_w, *, scale=None, query_chu
                      preferred_element_type=acc)
     return out.astype(v.dtype)
 
+  if query_chunk_size == "auto":  # called through a layer whose default is now "auto"
+    query_chunk_size = None
   rows = x if query_chunk_size is None else max(1, min(x, query_chunk_size // y))
   if rows == x:
     return attend(q, rel_h)
@@ -323,6 +325,9 @@ def run(config) -> dict:
                   else "installed", torch_threads=torch.get_num_threads())
   for side in config.sides:
     result["sides"][str(side)] = measure_side(config, side, timm_cls)
+    if config.out_dir:  # keep what is measured if a later size fails
+      pathlib.Path(config.out_dir, f"relative_timm_{side}.json").write_text(
+          json.dumps(result["sides"][str(side)], default=str))
   goals = {}
   for side in config.sides:
     for mode in config.modes:

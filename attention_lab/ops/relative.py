@@ -35,17 +35,22 @@ def rel_to_abs(rel, num_keys: int):
   return x[..., :lq, lq - 1:lq - 1 + num_keys]
 
 
-def _row_block_logits(q_rows, rel_h_window, rel_w, num_rows: int, acc):
+def _row_block_logits(q_rows, rel_h, rel_w, num_rows: int, acc, start=None):
   """Relative logits of a block of cx query rows against every key position.
 
-  q_rows (B, H, cx, Y, D) (heads in front); rel_h_window (cx+X−1, D) is the slice
-  of the height table that these rows can reach. Returns logits_h (B, H, cx, Y, X)
-  and logits_w (B, H, cx, Y, Y). Time O(cx·Y·(X+Y)·D), memory O(cx·Y·(X+Y)).
+  q_rows (B, H, cx, Y, D) (heads in front). rel_h is the whole height table
+  (start None, cx = X) or the (left-padded) table of which these rows reach the
+  cx+X−1 entries from `start` on: the einsum runs against the whole table and
+  its result is sliced, so a block costs the same multiply-adds per query as
+  the unchunked form. Returns logits_h (B, H, cx, Y, X) and logits_w
+  (B, H, cx, Y, Y). Time O(cx·Y·(X+Y)·D), memory O(cx·Y·(X+Y)).
   """
   num_cols = q_rows.shape[3]
   lw = jnp.einsum("bhxyd,md->bhxym", q_rows, rel_w, preferred_element_type=acc)
   lw = rel_to_abs(lw, num_cols)
-  lh = jnp.einsum("bhxyd,md->bhyxm", q_rows, rel_h_window, preferred_element_type=acc)
+  lh = jnp.einsum("bhxyd,md->bhyxm", q_rows, rel_h, preferred_element_type=acc)
+  if start is not None:
+    lh = lax.dynamic_slice_in_dim(lh, start, q_rows.shape[2] + num_rows - 1, axis=-1)
   lh = rel_to_abs(lh, num_rows)
   return jnp.swapaxes(lh, 2, 3), lw
 
@@ -94,16 +99,16 @@ def query_block_rows(shape, query_chunk_size, itemsize: int = 4) -> int:
   """Grid rows per query block of `relative_attention_2d` for q of `shape` (B, X, Y, H, D).
 
   None: all X rows (one block). An int c: max(1, c // Y) rows (at most X), so a
-  block holds ≤ c queries when Y ≤ c. "auto": all rows if the whole (B, H, XY, XY)
-  logits take ≤ AUTO_BLOCK_BYTES at `itemsize` bytes each, else the most rows
-  whose block logits fit (at least one row).
+  block holds ≤ c queries when Y ≤ c. "auto": the largest divisor of X (no padded
+  rows) whose block logits take ≤ AUTO_BLOCK_BYTES at `itemsize` bytes each: all
+  X rows on small grids, at least one row.
   """
   b, x, y, h, _ = shape
   if query_chunk_size is None:
     return x
   if isinstance(query_chunk_size, str):
-    per_row = b * h * y * x * y * itemsize
-    return x if per_row * x <= AUTO_BLOCK_BYTES else max(1, AUTO_BLOCK_BYTES // per_row)
+    fit = max(1, AUTO_BLOCK_BYTES // (b * h * y * x * y * itemsize))
+    return max(r for r in range(1, min(fit, x) + 1) if x % r == 0)
   return max(1, min(x, query_chunk_size // y))
 
 
@@ -226,9 +231,9 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
   k_heads = jnp.moveaxis(k, 3, 1).reshape(b, h, x * y, d)
   v_heads = jnp.moveaxis(v, 3, 1).reshape(b, h, x * y, v.shape[-1])
 
-  def attend(q_rows, rel_h_window, keep_weights):
+  def attend(q_rows, table_h, keep_weights, start=None):
     r = q_rows.shape[2]
-    lh, lw = _row_block_logits(q_rows, rel_h_window, rel_w, x, acc)
+    lh, lw = _row_block_logits(q_rows, table_h, rel_w, x, acc, start)
     return _attend(q_rows.reshape(b, h, r * y, d), k_heads, v_heads,
                    lh.reshape(b, h, r * y, x), lw.reshape(b, h, r * y, y), scale, keep_weights)
 
@@ -246,8 +251,7 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
 
     def block(args):
       q_rows, start = args
-      window = lax.dynamic_slice_in_dim(rel_h_padded, start, rows + x - 1, axis=0)
-      return attend(q_rows, window, False)
+      return attend(q_rows, rel_h_padded, False, start)
 
     out = lax.map(block, (q_blocks, starts))  # (num, B, H, r·Y, Dv)
     out = jnp.moveaxis(out, 0, 2).reshape(b, h, num * rows, y, -1)[:, :, :x]

@@ -78,14 +78,16 @@ def test_no_pairwise_embedding_tensor():
     assert max(sizes) <= (x * y) ** 2, max(sizes)
 
 
-@pytest.mark.parametrize("grid,budget_rows", [((5, 7), 2), ((7, 3), 3), ((4, 4), 1), ((5, 7), 5)])
-def test_auto_chunk_equals_unchunked(rng, monkeypatch, grid, budget_rows):
-  """"auto" (the default) with a block budget that forces blocks not dividing the rows."""
+@pytest.mark.parametrize("grid,budget_rows,rows", [((6, 7), 4, 3), ((7, 3), 3, 1), ((4, 4), 1, 1),
+                                                   ((5, 7), 5, 5), ((6, 5), 5, 3)])
+def test_auto_chunk_equals_unchunked(rng, monkeypatch, grid, budget_rows, rows):
+  """"auto" (the default) with a block budget of `budget_rows` rows: blocks of the largest
+  divisor of the height within it."""
   q, k, v, rel_h, rel_w = _inputs(rng, *grid, b=2, h=2, d=3, dv=2)
   x, y = grid
   per_row = 2 * 2 * y * x * y * 8  # float64 logits bytes of one grid row of queries
   monkeypatch.setattr(relative, "AUTO_BLOCK_BYTES", budget_rows * per_row)
-  assert relative.query_block_rows(q.shape, "auto", 8) == budget_rows
+  assert relative.query_block_rows(q.shape, "auto", 8) == rows
 
   def loss(chunk):
     return lambda *a: jnp.sum(jnp.sin(ops.relative_attention_2d(*a, query_chunk_size=chunk)))
@@ -102,6 +104,7 @@ def test_auto_chunk_equals_unchunked(rng, monkeypatch, grid, budget_rows):
 
 @pytest.mark.parametrize("chunk", [1, 8, 20])
 def test_chunked_gradient_odd_grid(rng, chunk):
+  """Explicit chunks of 2 and 6 rows do not divide 7 rows (the last block is padded)."""
   q, k, v, rel_h, rel_w = _inputs(rng, 7, 3, b=1, h=2, d=3, dv=2)
   loss = lambda c: lambda *a: jnp.sum(
       jnp.cos(ops.relative_attention_2d(*a, query_chunk_size=c)) * jnp.arange(2.0))
