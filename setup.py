@@ -35,5 +35,7 @@ setuptools.setup(
         # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
         # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+        # experiments/relative_timm.py puts timm's BottleneckAttn beside ours (optional).
+        "timm": ["torch", "timm"],
     },
 )

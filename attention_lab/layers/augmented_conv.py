@@ -46,13 +46,15 @@ def _sine_encoding(height: int, width: int, channels: int) -> np.ndarray:
 
 class AugmentedConv(nnx.Module):
   """Args: cin, cout (Fout), kernel, stride; kappa κ, upsilon υ, heads Nh; positional;
-  downsample; spatial_shape (H, W) of the input; min_key_dims_per_head; dtype."""
+  downsample; spatial_shape (H, W) of the input; min_key_dims_per_head;
+  query_chunk_size of the relative attention ("auto": query blocks picked from the
+  sizes, see `ops.relative_attention_2d`; None: all queries at once; an int); dtype."""
 
   def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, *,
                kappa: float = 0.2, upsilon: float = 0.1, heads: int = 8,
                min_key_dims_per_head: int = 0, positional: str = "relative",
                downsample: bool = False, spatial_shape: tuple[int, int] | None = None,
-               dtype=None, rngs: nnx.Rngs):
+               query_chunk_size: int | str | None = "auto", dtype=None, rngs: nnx.Rngs):
     if positional not in POSITIONALS:
       raise ValueError(f"positional must be one of {POSITIONALS}, got {positional!r}")
     dk = max(_round_to(kappa * cout, heads), min_key_dims_per_head * heads)
@@ -61,6 +63,10 @@ class AugmentedConv(nnx.Module):
       raise ValueError(f"upsilon·cout ({dv}) must not exceed cout ({cout})")
     self.dk, self.dv, self.heads, self.stride = dk, dv, heads, stride
     self.positional, self.downsample = positional, downsample
+    if isinstance(query_chunk_size, str) and query_chunk_size != "auto":
+      raise ValueError(
+          f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
+    self.query_chunk_size = query_chunk_size
     self.conv = (nnx.Conv(cin, cout - dv, (kernel, kernel), strides=stride, use_bias=False,
                           dtype=dtype, rngs=rngs) if cout > dv else None)
     extra = 2 if positional == "coordconv" else 0
@@ -93,10 +99,12 @@ class AugmentedConv(nnx.Module):
     q, k, v = (split(t) for t in jnp.split(qkv, [self.dk, 2 * self.dk], axis=-1))
     if self.positional == "relative":
       out = ops.relative_attention_2d(q, k, v, self.rel_h[...].astype(q.dtype),
-                                      self.rel_w[...].astype(q.dtype))
+                                      self.rel_w[...].astype(q.dtype),
+                                      query_chunk_size=self.query_chunk_size)
     else:
       flat = lambda t: t.reshape(b, gh * gw, self.heads, -1)
-      out = ops.dot_product_attention(flat(q), flat(k), flat(v))
+      chunk = None if self.query_chunk_size == "auto" else self.query_chunk_size
+      out = ops.dot_product_attention(flat(q), flat(k), flat(v), query_chunk_size=chunk)
     return self.attn_out(out.reshape(b, gh, gw, self.dv))
 
   def __call__(self, x):

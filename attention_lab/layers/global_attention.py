@@ -135,6 +135,8 @@ class GlobalAttention(nnx.Module):
     query_chunk_size: queries per chunk for the quadratic operators ("softmax",
       "softmax_pool", "relative"), so their (N, N) logits never exist at once
       (e.g. U-Net + Attn at full resolution); None: all queries at once.
+      "auto" (default): "relative" picks its query blocks from the sizes
+      (`ops.relative_attention_2d`); the softmax operators take all queries at once.
     dtype: compute dtype (parameters stay float32; statistics float32).
   """
 
@@ -144,7 +146,7 @@ class GlobalAttention(nnx.Module):
                spatial_shape: tuple[int, ...] | None = None, use_bias: bool = True,
                siamese_w: str = "learned", global_term: bool = True,
                coefficients: str = "scale", bn_momentum: float = 0.99, bn_epsilon: float = 1e-5,
-               query_chunk_size: int | None = None, dtype=None, rngs: nnx.Rngs):
+               query_chunk_size: int | str | None = "auto", dtype=None, rngs: nnx.Rngs):
     if operator not in OPERATORS:
       raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")
     if project not in PROJECTIONS:
@@ -166,6 +168,9 @@ class GlobalAttention(nnx.Module):
       raise ValueError(f"siamese_w must be 'learned' or 'ones', got {siamese_w!r}")
     self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
     self.global_term, self.coefficients = global_term, coefficients
+    if isinstance(query_chunk_size, str) and query_chunk_size != "auto":
+      raise ValueError(
+          f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
     self.query_chunk_size = query_chunk_size
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.query = dense(in_features, key_features) if project == "qkv" else None
@@ -225,17 +230,18 @@ class GlobalAttention(nnx.Module):
     grid, flat = x.shape[:-1], lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
     op, norm = self.operator, self.coefficients == "batch_norm"
     scale = 1.0 if norm else None
+    chunk = None if self.query_chunk_size == "auto" and op != "relative" else self.query_chunk_size
     if op == "softmax":
       if norm:
         q = q * self._softmax_gain(flat(q), flat(k)).astype(q.dtype)
       out = ops.dot_product_attention(flat(q), flat(k), flat(v), scale=scale,
-                                      query_chunk_size=self.query_chunk_size)
+                                      query_chunk_size=chunk)
     elif op == "softmax_pool":
       k_pool, v_pool = ops.pool_keys_values(k, v)
       if norm:
         q = q * self._softmax_gain(flat(q), k_pool).astype(q.dtype)
       out = ops.dot_product_attention(flat(q), k_pool, v_pool, scale=scale,
-                                      query_chunk_size=self.query_chunk_size)
+                                      query_chunk_size=chunk)
     elif op in ("kronecker_kv", "kronecker_qkv"):
       if norm:
         queries = flat(q) if op == "kronecker_kv" else _summary(q)
@@ -263,6 +269,6 @@ class GlobalAttention(nnx.Module):
         raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got {x.shape}")
       out = ops.relative_attention_2d(
           q, k, v, self.rel_h[...].astype(q.dtype), self.rel_w[...].astype(q.dtype),
-          query_chunk_size=self.query_chunk_size)
+          query_chunk_size=chunk)
     out = out.reshape(*grid, math.prod(out.shape[-2:]))
     return self.out(out) if self.out else out

@@ -5,6 +5,8 @@ Y = width (columns). Relative tables rel_h (2X−1, D), rel_w (2Y−1, D) hold o
 embedding per offset x'−x (resp. y'−y), index offset + X − 1.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -33,17 +35,22 @@ def rel_to_abs(rel, num_keys: int):
   return x[..., :lq, lq - 1:lq - 1 + num_keys]
 
 
-def _row_block_logits(q_rows, rel_h_window, rel_w, num_rows: int, acc):
+def _row_block_logits(q_rows, rel_h, rel_w, num_rows: int, acc, start=None):
   """Relative logits of a block of cx query rows against every key position.
 
-  q_rows (B, cx, Y, H, D); rel_h_window (cx+X−1, D) is the slice of the height
-  table that these rows can reach. Returns logits_h (B, H, cx, Y, X) and
-  logits_w (B, H, cx, Y, Y). Time O(cx·Y·(X+Y)·D), memory O(cx·Y·(X+Y)).
+  q_rows (B, H, cx, Y, D) (heads in front). rel_h is the whole height table
+  (start None, cx = X) or the (left-padded) table of which these rows reach the
+  cx+X−1 entries from `start` on: the einsum runs against the whole table and
+  its result is sliced, so a block costs the same multiply-adds per query as
+  the unchunked form. Returns logits_h (B, H, cx, Y, X) and logits_w
+  (B, H, cx, Y, Y). Time O(cx·Y·(X+Y)·D), memory O(cx·Y·(X+Y)).
   """
-  num_cols = q_rows.shape[2]
-  lw = jnp.einsum("bxyhd,md->bhxym", q_rows, rel_w, preferred_element_type=acc)
+  num_cols = q_rows.shape[3]
+  lw = jnp.einsum("bhxyd,md->bhxym", q_rows, rel_w, preferred_element_type=acc)
   lw = rel_to_abs(lw, num_cols)
-  lh = jnp.einsum("bxyhd,md->bhyxm", q_rows, rel_h_window, preferred_element_type=acc)
+  lh = jnp.einsum("bhxyd,md->bhyxm", q_rows, rel_h, preferred_element_type=acc)
+  if start is not None:
+    lh = lax.dynamic_slice_in_dim(lh, start, q_rows.shape[2] + num_rows - 1, axis=-1)
   lh = rel_to_abs(lh, num_rows)
   return jnp.swapaxes(lh, 2, 3), lw
 
@@ -77,23 +84,114 @@ def relative_logits_2d(q, rel_h, rel_w):
   """
   _check_relative(q, rel_h, rel_w)
   acc = _checks.compute_dtype(q, rel_h, rel_w)
-  return _row_block_logits(q, rel_h, rel_w, q.shape[1], acc)
+  return _row_block_logits(jnp.moveaxis(q, 3, 1), rel_h, rel_w, q.shape[1], acc)
 
 
-def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size=None):
+# Query blocks of the default ("auto") chunking hold at most this many bytes of logits
+# (B·H·rows·Y·XY elements): a block's logits, weights and their gradients then stay in
+# the CPU's last-level cache. Measured on a 2-core AMD EPYC (1 MiB L2 per core, 32 MiB
+# L3), forward + backward at 28² (B=2, 8 heads × 32): 1-2 rows per block (1.4-2.8 MB)
+# beat 4 rows and the unchunked form (experiments/results/relative_timm.md).
+AUTO_BLOCK_BYTES = 4 * 2**20
+
+
+def query_block_rows(shape, query_chunk_size, itemsize: int = 4) -> int:
+  """Grid rows per query block of `relative_attention_2d` for q of `shape` (B, X, Y, H, D).
+
+  None: all X rows (one block). An int c: max(1, c // Y) rows (at most X), so a
+  block holds ≤ c queries when Y ≤ c. "auto": the largest divisor of X (no padded
+  rows) whose block logits take ≤ AUTO_BLOCK_BYTES at `itemsize` bytes each: all
+  X rows on small grids, at least one row.
+  """
+  b, x, y, h, _ = shape
+  if query_chunk_size is None:
+    return x
+  if isinstance(query_chunk_size, str):
+    fit = max(1, AUTO_BLOCK_BYTES // (b * h * y * x * y * itemsize))
+    return max(r for r in range(1, min(fit, x) + 1) if x % r == 0)
+  return max(1, min(x, query_chunk_size // y))
+
+
+def _block_logits(q, k, lh, lw, scale, acc):
+  """scale·(q·k + r^H + r^W): q (B, H, M, D), k (B, H, N, D), lh (B, H, M, X), lw (B, H, M, Y)."""
+  b, h, m, _ = q.shape
+  x, y = lh.shape[-1], lw.shape[-1]
+  s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=acc)
+  s = s.reshape(b, h, m, x, y) + lh[..., :, None] + lw[..., None, :]
+  return scale * s.reshape(b, h, m, x * y)
+
+
+def _attend_fwd(q, k, v, lh, lw, scale, keep_weights):
+  acc = _checks.compute_dtype(q, k, v, lh, lw)
+  s = _block_logits(q, k, lh, lw, scale, acc)
+  peak = jnp.max(s, axis=-1, keepdims=True)
+  e = jnp.exp(s - peak)
+  total = jnp.sum(e, axis=-1, keepdims=True)
+  if keep_weights:  # one block: keep the softmax for the backward pass (no recompute)
+    p = e / total
+    out = jnp.einsum("bhqk,bhke->bhqe", p.astype(v.dtype), v, preferred_element_type=acc)
+    aux = p
+  else:  # normalise the (M, Dv) output, not the (M, N) weights; keep only log-sum-exp
+    out = jnp.einsum("bhqk,bhke->bhqe", e.astype(v.dtype), v, preferred_element_type=acc)
+    out = out / total
+    aux = peak + jnp.log(total)
+  return out.astype(v.dtype), (q, k, v, lh, lw, out, aux)
+
+
+def _attend_bwd(scale, keep_weights, res, d_out):
+  q, k, v, lh, lw, out, aux = res
+  acc = out.dtype
+  p = aux if keep_weights else jnp.exp(_block_logits(q, k, lh, lw, scale, acc) - aux)
+  # Softmax backward with Σ_k p·dp = d_out·out (one (M, Dv) product, no (M, N) reduction).
+  delta = jnp.sum(d_out.astype(acc) * out, axis=-1, keepdims=True)
+  dp = jnp.einsum("bhqe,bhke->bhqk", d_out, v, preferred_element_type=acc)
+  dv = jnp.einsum("bhqk,bhqe->bhke", p.astype(v.dtype), d_out.astype(v.dtype),
+                  preferred_element_type=acc)
+  ds = p * (dp - delta) * scale  # gradient of the unscaled logits
+  dq = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(k.dtype), k, preferred_element_type=acc)
+  dk = jnp.einsum("bhqk,bhqd->bhkd", ds.astype(q.dtype), q, preferred_element_type=acc)
+  ds = ds.reshape(*ds.shape[:3], lh.shape[-1], lw.shape[-1])
+  return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
+          jnp.sum(ds, axis=-1).astype(lh.dtype), jnp.sum(ds, axis=-2).astype(lw.dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _attend(q, k, v, lh, lw, scale, keep_weights):
+  """Softmax attention of one query block with the relative logits added by broadcasting.
+
+  q (B, H, M, D), k (B, H, N, D), v (B, H, N, Dv), lh (B, H, M, X), lw (B, H, M, Y),
+  N = X·Y → (B, H, M, Dv). Written as a custom VJP (the FlashAttention backward:
+  dS = P ⊙ (dP − rowsum(dO ⊙ O))) so that every (M, N) array is formed once per pass:
+  the logits gradient is computed once, not once per consumer. `keep_weights` keeps
+  P for the backward pass; otherwise only the (M,) log-sum-exp is kept and P is
+  recomputed, so training memory is O(M·N) per block, not per call.
+  """
+  return _attend_fwd(q, k, v, lh, lw, scale, False)[0]
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size="auto"):
   """2D self-attention with relative position logits (AA paper Eq. 3-4).
 
   out[x,y] = Σ_{x',y'} softmax(scale·q_xy·(k_x'y' + r^H_{x'−x} + r^W_{y'−y}))
   v_x'y'. The AA paper scales q by dkh^−1/2 before both the content and the
   relative logits; `scale` defaults to that, 1/sqrt(D). The relative terms
-  enter by broadcasting (B, H, X, Y, X, 1) and (B, H, X, Y, 1, Y) onto the
-  content logits; they are never tiled to (XY, XY).
+  (`relative_logits_2d` per block of query rows: einsum + `rel_to_abs`) enter by
+  broadcasting (…, X, 1) and (…, 1, Y) onto the content logits; they are never
+  tiled to (XY, XY).
 
-  Complexity: time O(B·H·XY·(XY·(D+Dv) + (X+Y)·D)). Memory O(B·H·(XY)²)
-  unchunked. With `query_chunk_size=c`, queries are processed in blocks of
-  whole grid rows, r = max(1, c // Y) rows (r·Y ≤ c queries when Y ≤ c), each
-  block's logits recomputed in the backward pass: memory O(B·H·r·Y·XY), linear
-  in the grid size for fixed c. X need not be divisible by r.
+  Queries are processed in blocks of whole grid rows (`query_block_rows`), each
+  block by a custom-VJP softmax attention with heads in front, (B, H, M, D):
+  plain batched GEMMs, the logits gradient formed once. A single block keeps its
+  softmax weights for the backward pass; with several blocks (lax.map) only the
+  log-sum-exp per query is kept and the block's logits are recomputed in the
+  backward pass.
+
+  Complexity: time O(B·H·XY·(XY·(D+Dv) + (X+Y)·D)) (+1 logits GEMM in training
+  when chunked). Memory O(B·H·(XY)²) unchunked; O(B·H·r·Y·XY) with r rows per
+  block, i.e. linear in the grid size for a fixed block.
 
   Args:
     q, k: (B, X, Y, H, D) queries and keys.
@@ -101,7 +199,10 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
     rel_h: (2X−1, D) height table, shared by heads.
     rel_w: (2Y−1, D) width table, shared by heads.
     scale: logit scale, default D^−1/2.
-    query_chunk_size: optional approximate number of queries per block.
+    query_chunk_size: "auto" (default: blocks of rows whose logits take at most
+      AUTO_BLOCK_BYTES, all rows at once on small grids), an approximate number
+      of queries per block (max(1, c // Y) rows; X need not be divisible), or
+      None (all queries at once).
 
   Returns:
     (B, X, Y, H, Dv) in v's dtype; logits and softmax in at least float32.
@@ -115,41 +216,43 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
           f" got {t.shape}")
   if k.shape[-1] != q.shape[-1]:
     raise ValueError(f"k must have the dim of q ({q.shape[-1]}), got {k.shape}")
-  _checks.check_chunk(query_chunk_size)
+  if isinstance(query_chunk_size, str):
+    if query_chunk_size != "auto":
+      raise ValueError(
+          f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
+  else:
+    _checks.check_chunk(query_chunk_size)
   scale = default_scale(q, scale)
-  b, x, y, h, _ = q.shape
+  b, x, y, h, d = q.shape
   acc = _checks.compute_dtype(q, k, v, rel_h, rel_w)
-  k_flat = k.reshape(b, x * y, h, -1)
-  v_flat = v.reshape(b, x * y, h, -1)
+  rows = query_block_rows(q.shape, query_chunk_size, jnp.dtype(acc).itemsize)
+  # Heads in front once, O(XY·D) each: every einsum below is then a plain batched GEMM.
+  q_heads = jnp.moveaxis(q, 3, 1)  # (B, H, X, Y, D)
+  k_heads = jnp.moveaxis(k, 3, 1).reshape(b, h, x * y, d)
+  v_heads = jnp.moveaxis(v, 3, 1).reshape(b, h, x * y, v.shape[-1])
 
-  def attend(q_rows, rel_h_window):
-    rows = q_rows.shape[1]
-    content = jnp.einsum("bxyhd,bkhd->bhxyk", q_rows, k_flat, preferred_element_type=acc)
-    lh, lw = _row_block_logits(q_rows, rel_h_window, rel_w, x, acc)
-    logits = content.reshape(b, h, rows, y, x, y) + lh[..., None] + lw[..., None, :]
-    weights = jax.nn.softmax(scale * logits.reshape(b, h, rows, y, x * y), axis=-1)
-    out = jnp.einsum("bhxyk,bkhe->bxyhe", weights.astype(v.dtype), v_flat,
-                     preferred_element_type=acc)
-    return out.astype(v.dtype)
+  def attend(q_rows, table_h, keep_weights, start=None):
+    r = q_rows.shape[2]
+    lh, lw = _row_block_logits(q_rows, table_h, rel_w, x, acc, start)
+    return _attend(q_rows.reshape(b, h, r * y, d), k_heads, v_heads,
+                   lh.reshape(b, h, r * y, x), lw.reshape(b, h, r * y, y), scale, keep_weights)
 
-  rows = x if query_chunk_size is None else max(1, min(x, query_chunk_size // y))
   if rows == x:
-    return attend(q, rel_h)
-  num = -(-x // rows)
-  pad = num * rows - x
-  q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0), (0, 0)))
-  q_blocks = jnp.moveaxis(q_blocks.reshape(b, num, rows, *q.shape[2:]), 1, 0)
-  # Left-pad the height table so the last (padded) block's window stays in range:
-  # rows x0..x0+r−1 reach table indices X−x0−r .. 2X−2−x0 (r+X−1 entries).
-  rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
-  starts = x - rows + pad - rows * jnp.arange(num)
+    out = attend(q_heads, rel_h, True)
+  else:
+    num = -(-x // rows)
+    pad = num * rows - x
+    q_blocks = jnp.pad(q_heads, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0)))
+    q_blocks = jnp.moveaxis(q_blocks.reshape(b, h, num, rows, y, d), 2, 0)
+    # Left-pad the height table so the last (padded) block's window stays in range:
+    # rows x0..x0+r−1 reach table indices X−x0−r .. 2X−2−x0 (r+X−1 entries).
+    rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
+    starts = x - rows + pad - rows * jnp.arange(num)
 
-  @jax.checkpoint
-  def block(args):
-    q_rows, start = args
-    window = lax.dynamic_slice_in_dim(rel_h_padded, start, rows + x - 1, axis=0)
-    return attend(q_rows, window)
+    def block(args):
+      q_rows, start = args
+      return attend(q_rows, rel_h_padded, False, start)
 
-  out = lax.map(block, (q_blocks, starts))  # (num, B, r, Y, H, Dv)
-  out = jnp.moveaxis(out, 0, 1).reshape(b, num * rows, *out.shape[3:])
-  return out[:, :x]
+    out = lax.map(block, (q_blocks, starts))  # (num, B, H, r·Y, Dv)
+    out = jnp.moveaxis(out, 0, 2).reshape(b, h, num * rows, y, -1)[:, :, :x]
+  return jnp.moveaxis(out.reshape(b, h, x, y, -1), 1, 3)

@@ -46,3 +46,17 @@ def test_fully_attentional_and_errors():
     AugmentedConv(4, 8, 3, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="positional"):
     AugmentedConv(4, 8, 3, positional="learned", rngs=nnx.Rngs(0))
+
+
+def test_query_chunk_default_and_choices_give_the_same_output():
+  x = jax.random.normal(jax.random.key(3), (2, 7, 5, 4))
+  make = lambda chunk: AugmentedConv(4, 12, 3, kappa=0.5, upsilon=0.5, heads=2,
+                                     spatial_shape=(7, 5), query_chunk_size=chunk,
+                                     rngs=nnx.Rngs(0))
+  assert make("auto").query_chunk_size == "auto" == AugmentedConv(
+      4, 8, 3, spatial_shape=(7, 5), rngs=nnx.Rngs(0)).query_chunk_size
+  full = make(None)(x)
+  for chunk in ("auto", 6, 1):
+    np.testing.assert_allclose(make(chunk)(x), full, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="query_chunk_size"):
+    make("fast")

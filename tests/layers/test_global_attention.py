@@ -35,8 +35,10 @@ def test_query_chunks_give_the_unchunked_output(operator):
                                        spatial_shape=(9, 13), query_chunk_size=chunk,
                                        rngs=nnx.Rngs(0))
   chunked = make(20)
-  np.testing.assert_allclose(chunked(x), make(None)(x), rtol=1e-5, atol=1e-6)
+  full = make(None)(x)
+  np.testing.assert_allclose(chunked(x), full, rtol=1e-5, atol=1e-6)
   assert "scan" in str(jax.make_jaxpr(lambda x: chunked(x))(x))  # queries loop in chunks
+  np.testing.assert_allclose(make("auto")(x), full, rtol=1e-5, atol=1e-6)  # the default
 
 
 def test_value_only_projection_matches_the_operator():
@@ -86,6 +88,8 @@ def test_bfloat16_compute_keeps_float32_params():
     (dict(operator="softmax", num_heads=3), "divisible by num_heads"),
     (dict(operator="softmax", key_features=4), "key_features must equal in_features"),
     (dict(operator="relative"), "spatial_shape"),
+    (dict(operator="relative", spatial_shape=(5, 7), query_chunk_size="fast"),
+     "query_chunk_size"),
     (dict(operator="softmax", coefficients="layer_norm"), "coefficients must be one of"),
     (dict(operator="relative", spatial_shape=(5, 7), coefficients="batch_norm"),
      "coefficients must be 'scale'"),

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from attention_lab import ops
+from attention_lab.ops import relative
 from tests.ops import references as ref
 
 GRIDS = [(5, 7), (4, 4), (3, 1), (1, 4)]
@@ -75,3 +76,61 @@ def test_no_pairwise_embedding_tensor():
     jaxpr = jax.make_jaxpr(fn)(q, *tables)
     sizes = [np.prod(var.aval.shape) for eqn in jaxpr.eqns for var in eqn.outvars]
     assert max(sizes) <= (x * y) ** 2, max(sizes)
+
+
+@pytest.mark.parametrize("grid,budget_rows,rows", [((6, 7), 4, 3), ((7, 3), 3, 1), ((4, 4), 1, 1),
+                                                   ((5, 7), 5, 5), ((6, 5), 5, 3)])
+def test_auto_chunk_equals_unchunked(rng, monkeypatch, grid, budget_rows, rows):
+  """"auto" (the default) with a block budget of `budget_rows` rows: blocks of the largest
+  divisor of the height within it."""
+  q, k, v, rel_h, rel_w = _inputs(rng, *grid, b=2, h=2, d=3, dv=2)
+  x, y = grid
+  per_row = 2 * 2 * y * x * y * 8  # float64 logits bytes of one grid row of queries
+  monkeypatch.setattr(relative, "AUTO_BLOCK_BYTES", budget_rows * per_row)
+  assert relative.query_block_rows(q.shape, "auto", 8) == rows
+
+  def loss(chunk):
+    return lambda *a: jnp.sum(jnp.sin(ops.relative_attention_2d(*a, query_chunk_size=chunk)))
+
+  np.testing.assert_allclose(ops.relative_attention_2d(q, k, v, rel_h, rel_w),
+                             ops.relative_attention_2d(q, k, v, rel_h, rel_w,
+                                                       query_chunk_size=None),
+                             rtol=1e-12, atol=1e-12)
+  g_auto = jax.grad(loss("auto"), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
+  for a, b in zip(g_auto, g_full):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 8, 20])
+def test_chunked_gradient_odd_grid(rng, chunk):
+  """Explicit chunks of 2 and 6 rows do not divide 7 rows (the last block is padded)."""
+  q, k, v, rel_h, rel_w = _inputs(rng, 7, 3, b=1, h=2, d=3, dv=2)
+  loss = lambda c: lambda *a: jnp.sum(
+      jnp.cos(ops.relative_attention_2d(*a, query_chunk_size=c)) * jnp.arange(2.0))
+  g_chunk = jax.grad(loss(chunk), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
+  for a, b in zip(g_chunk, g_full):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_query_block_rows():
+  rows = relative.query_block_rows
+  assert rows((2, 5, 7, 3, 4), None) == 5
+  assert rows((2, 5, 7, 3, 4), 20) == 2 and rows((2, 5, 7, 3, 4), 3) == 1
+  assert rows((2, 5, 7, 3, 4), 1000) == 5
+  # The issue-17 case (batch 2, 8 heads): small grids unchunked, large ones in row blocks
+  # whose float32 logits fit the budget (one row at 56² already exceeds it).
+  assert rows((2, 14, 14, 8, 32), "auto") == 14
+  assert rows((2, 28, 28, 8, 32), "auto") == 2
+  assert rows((2, 56, 56, 8, 32), "auto") == 1
+  per_row = 2 * 8 * 28 * 28 * 28 * 4
+  assert rows((2, 28, 28, 8, 32), "auto") * per_row <= relative.AUTO_BLOCK_BYTES
+
+
+def test_bad_chunk_names_the_argument():
+  g = jnp.zeros((1, 3, 4, 1, 2))
+  tables = jnp.zeros((5, 2)), jnp.zeros((7, 2))
+  for bad in ("fast", 0, -3, 2.5):
+    with pytest.raises(ValueError, match="query_chunk_size"):
+      ops.relative_attention_2d(g, g, g, *tables, query_chunk_size=bad)

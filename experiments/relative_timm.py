@@ -1,0 +1,374 @@
+"""Issue 17: relative self-attention (AA Eq. 3-4) beside timm's BottleneckAttn; AA-ResNet-50.
+
+  python -m experiments.relative_timm --config=configs/efficiency/relative_timm.py[:tiny]
+
+See configs/efficiency/relative_timm.py for the case and the goals. Every
+program of one grid size and mode is compiled (ours) or built (timm), warmed
+up and timed in interleaved rounds (`measure.time_side_by_side`, median and
+minimum of the samples). Ours is also accounted by XLA: temporaries
+(memory_analysis), bytes accessed (cost_analysis), the number of kernels of
+the compiled program (fusions, dots, copies, ... in the entry computation and
+loop bodies) and how many of them write an array of at least one query
+row's logits (B·H·Y·XY elements): the passes over the logits.
+torch/timm are optional: without them the timm column says so.
+"""
+
+import json
+import pathlib
+import re
+import sys
+import time
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+from absl import app
+from flax import nnx
+from jax import lax
+from ml_collections import config_flags
+
+from attention_lab import layers, models, ops
+from attention_lab.ops import _checks
+from attention_lab.ops.attention import default_scale
+from experiments import measure
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "relative_timm config.")
+GIB = 2**30
+
+
+# ----------------------------------------------------------------------------------------------
+# The library operator as of the commit before issue 17 (kept to time before / after in one run).
+
+
+def _row_block_logits_before(q_rows, rel_h_window, rel_w, num_rows, acc):
+  num_cols = q_rows.shape[2]
+  lw = jnp.einsum("bxyhd,md->bhxym", q_rows, rel_w, preferred_element_type=acc)
+  lw = ops.rel_to_abs(lw, num_cols)
+  lh = jnp.einsum("bxyhd,md->bhyxm", q_rows, rel_h_window, preferred_element_type=acc)
+  lh = ops.rel_to_abs(lh, num_rows)
+  return jnp.swapaxes(lh, 2, 3), lw
+
+
+def relative_attention_2d_before(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size=None):
+  """`ops.relative_attention_2d` before issue 17: heads behind, autodiff'd softmax, chunks
+  under jax.checkpoint, default unchunked (same values)."""
+  scale = default_scale(q, scale)
+  b, x, y, h, _ = q.shape
+  acc = _checks.compute_dtype(q, k, v, rel_h, rel_w)
+  k_flat = k.reshape(b, x * y, h, -1)
+  v_flat = v.reshape(b, x * y, h, -1)
+
+  def attend(q_rows, rel_h_window):
+    rows = q_rows.shape[1]
+    content = jnp.einsum("bxyhd,bkhd->bhxyk", q_rows, k_flat, preferred_element_type=acc)
+    lh, lw = _row_block_logits_before(q_rows, rel_h_window, rel_w, x, acc)
+    logits = content.reshape(b, h, rows, y, x, y) + lh[..., None] + lw[..., None, :]
+    weights = jax.nn.softmax(scale * logits.reshape(b, h, rows, y, x * y), axis=-1)
+    out = jnp.einsum("bhxyk,bkhe->bxyhe", weights.astype(v.dtype), v_flat,
+                     preferred_element_type=acc)
+    return out.astype(v.dtype)
+
+  if query_chunk_size == "auto":  # called through a layer whose default is now "auto"
+    query_chunk_size = None
+  rows = x if query_chunk_size is None else max(1, min(x, query_chunk_size // y))
+  if rows == x:
+    return attend(q, rel_h)
+  num = -(-x // rows)
+  pad = num * rows - x
+  q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0), (0, 0)))
+  q_blocks = jnp.moveaxis(q_blocks.reshape(b, num, rows, *q.shape[2:]), 1, 0)
+  rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
+  starts = x - rows + pad - rows * jnp.arange(num)
+
+  @jax.checkpoint
+  def block(args):
+    q_rows, start = args
+    window = lax.dynamic_slice_in_dim(rel_h_padded, start, rows + x - 1, axis=0)
+    return attend(q_rows, window)
+
+  out = lax.map(block, (q_blocks, starts))
+  out = jnp.moveaxis(out, 0, 1).reshape(b, num * rows, *out.shape[3:])
+  return out[:, :x]
+
+
+# ----------------------------------------------------------------------------------------------
+# timm (optional).
+
+
+def load_bottleneck_attn():
+  """timm's BottleneckAttn class, or None without torch/timm.
+
+  timm/__init__ imports torchvision; where only a CPU torch wheel is installed and
+  torchvision is absent or built for another torch, the module file
+  timm/layers/bottleneck_attn.py (which needs only torch and three timm helper
+  modules) is imported without running timm's package __init__ files.
+  """
+  try:
+    import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return None
+  try:
+    from timm.layers.bottleneck_attn import BottleneckAttn  # pylint: disable=g-import-not-at-top
+    return BottleneckAttn
+  except (ImportError, RuntimeError):
+    pass
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec("timm")
+  if spec is None or spec.origin is None:
+    return None
+  for name in [n for n in sys.modules if n == "timm" or n.startswith("timm.")]:
+    del sys.modules[name]
+  root = pathlib.Path(spec.origin).parent
+  for name, path in (("timm", root), ("timm.layers", root / "layers")):
+    module = types.ModuleType(name)
+    module.__path__ = [str(path)]
+    sys.modules[name] = module
+  from timm.layers.bottleneck_attn import BottleneckAttn  # pylint: disable=g-import-not-at-top
+  return BottleneckAttn
+
+
+def timm_program(cls, config, side, mode):
+  """(run, ()) calling timm's BottleneckAttn forward (no_grad) or forward + backward."""
+  import torch  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  module = cls(config.channels, config.channels, feat_size=(side, side),
+               num_heads=config.heads, dim_head=config.head_dim)
+  x = torch.randn(config.batch, config.channels, side, side, requires_grad=mode == "train")
+  g = torch.ones(config.batch, config.channels, side, side)
+
+  def run():
+    if mode == "forward":
+      with torch.no_grad():
+        module(x)
+    else:
+      module.zero_grad(set_to_none=True)
+      x.grad = None
+      module(x).backward(g)
+  return run, ()
+
+
+# ----------------------------------------------------------------------------------------------
+# Ours.
+
+_KERNEL = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (fusion|dot|copy|transpose|concatenate|pad|"
+                     r"reduce|convolution|custom-call|scatter|gather|dynamic-update-slice)\(")
+
+
+def hlo_counts(text: str, row_logits: int) -> dict:
+  """Kernels of the entry computation and loop bodies; those writing ≥ row_logits elements."""
+  kernels, big = 0, 0
+  for block in re.split(r"\n(?=%|ENTRY)", text):
+    head = block.split("\n", 1)[0]
+    if not (head.startswith("ENTRY") or "body" in head.split("(")[0]):
+      continue
+    for m in _KERNEL.finditer(block):
+      kernels += 1
+      size = 1
+      for dim in filter(None, m.group(2).split(",")):
+        size *= int(dim)
+      big += size >= row_logits
+  return {"kernels": kernels, "logits_passes": big}
+
+
+def our_program(config, side, mode, which):
+  chunk = "auto"
+  patch = None
+  if which == "before":
+    chunk = config.before_chunk.get(str(side))
+    patch = relative_attention_2d_before
+  model = layers.GlobalAttention(config.channels, "relative", num_heads=config.heads,
+                                 project="qkv", use_bias=False, spatial_shape=(side, side),
+                                 query_chunk_size=chunk, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (config.batch, side, side, config.channels))
+  ctx = mock.patch.object(ops, "relative_attention_2d", patch) if patch else mock.MagicMock()
+  with ctx:
+    if mode == "forward":
+      fn, state = measure.inference_fn(model)
+      args = (state, x)
+    else:
+      fn, params, rest = measure.training_fn(model)
+      args = (params, rest, x, jnp.ones_like(x))
+    compiled, acct = measure.compile_fn(fn, *args)
+  row_logits = config.batch * config.heads * side * side * side
+  acct.update(hlo_counts(compiled.as_text(), row_logits), chunk=chunk)
+  return compiled, args, acct
+
+
+def measure_side(config, side, timm_cls) -> dict:
+  result = {}
+  for mode in config.modes:
+    programs, accts = {}, {}
+    if timm_cls is not None and side <= config.timm_max_side:
+      programs["timm"] = timm_program(timm_cls, config, side, mode)
+    for which in ("before", "after"):
+      compiled, args, accts[which] = our_program(config, side, mode, which)
+      programs[which] = (compiled, args)
+      print(side, mode, which, accts[which], flush=True)
+    big = side >= 56  # seconds per call: one call per sample, no calibration runs
+    repeats = (config.huge_repeats if side >= 112 else config.big_repeats) if big else \
+        config.repeats
+    times = measure.time_side_by_side(programs, repeats, 0.0 if big else config.min_sample_s)
+    row = {"accounting": accts, "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+    for name, t in times.items():
+      row[name] = {"time_s": t["time_s"], "min_s": min(t["samples"]), "samples": t["samples"]}
+    if "timm" in times:
+      row["after_speedup_vs_timm"] = times["timm"]["time_s"] / times["after"]["time_s"]
+      row["before_speedup_vs_timm"] = times["timm"]["time_s"] / times["before"]["time_s"]
+    row["after_speedup_vs_before"] = times["before"]["time_s"] / times["after"]["time_s"]
+    print(side, mode, {k: v for k, v in row.items() if k != "accounting"}, flush=True)
+    result[mode] = row
+  return result
+
+
+def measure_resnets(config) -> dict:
+  """AA-ResNet-50 / ResNet-50 forward + backward (params and input) at 224², side by side."""
+  size, batch = config.resnet_size, config.resnet_batch
+  programs, accts = {}, {}
+  x = jax.random.normal(jax.random.key(0), (batch, size, size, 3))
+  g = jnp.ones((batch, 1000), jnp.float32)
+  for key, name, patch in (("resnet50", "resnet50", None), ("aa_resnet50", "aa_resnet50", None),
+                           ("aa_resnet50_before", "aa_resnet50", relative_attention_2d_before)):
+    model = models.create(name, num_classes=1000, rngs=nnx.Rngs(0), image_size=size)
+    ctx = mock.patch.object(ops, "relative_attention_2d", patch) if patch else mock.MagicMock()
+    with ctx:
+      fn, params, rest = measure.training_fn(model)
+      compiled, accts[key] = measure.compile_fn(fn, params, rest, x, g)
+    programs[key] = (compiled, (params, rest, x, g))
+    print(key, accts[key], flush=True)
+  times = measure.time_side_by_side(programs, config.resnet_repeats, config.min_sample_s)
+  out = {k: {"time_s": t["time_s"], "min_s": min(t["samples"]), "samples": t["samples"],
+             "temp_bytes": accts[k]["temp_bytes"], "xla_flops": accts[k]["xla_flops"]}
+         for k, t in times.items()}
+  out["ratio"] = out["aa_resnet50"]["time_s"] / out["resnet50"]["time_s"]
+  out["ratio_before"] = out["aa_resnet50_before"]["time_s"] / out["resnet50"]["time_s"]
+  out["batch"], out["size"] = batch, size
+  print("resnets", out, flush=True)
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Report.
+
+
+def _ms(t):
+  return f"{t * 1e3:.1f}" if t < 10 else f"{t:.1f} s"
+
+
+def markdown(config, result) -> str:
+  m = result["machine"]
+  lines = [
+      "# Issue 17: relative self-attention beside timm's BottleneckAttn", "",
+      f"Measured on {measure.machine_line(m)}; torch {result.get('torch', 'not installed')}, "
+      f"timm {result.get('timm', 'not installed')} ({result.get('torch_threads', '?')} threads). "
+      "Command: `python -m experiments.relative_timm "
+      "--config=configs/efficiency/relative_timm.py`. " + result.get("note", ""), "",
+      f"Case: 1×1 qkv projection + 2D relative self-attention, batch {config.batch}, "
+      f"{config.channels} channels, {config.heads} heads × {config.head_dim}. Ours: "
+      "`GlobalAttention(relative, project='qkv', use_bias=False)`; *before* = the operator "
+      "of the previous commit (unchunked, its default; chunk 448 at 112²), *after* = the "
+      "library default (`query_chunk_size='auto'`). Times: median (min) of interleaved "
+      "samples after warm-up, all programs of a row in the same rounds. Speed-up = timm / "
+      "ours (> 1: ours faster).", "",
+      "| grid | pass | timm ms | before ms | after ms | after vs timm | before vs timm | "
+      "after vs before | temp MiB before → after | kernels before → after | "
+      "logits passes before → after | XLA bytes MB before → after |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for side in sorted(result["sides"], key=int):
+    for mode in config.modes:
+      row = result["sides"][side][mode]
+      a, b = row["accounting"]["after"], row["accounting"]["before"]
+      timm = (f"{_ms(row['timm']['time_s'])} ({_ms(row['timm']['min_s'])})" if "timm" in row
+              else "not run" if result.get("timm") else "not installed")
+      fmt = lambda k: f"{_ms(row[k]['time_s'])} ({_ms(row[k]['min_s'])})"
+      sp = lambda k: f"{row[k]:.2f}×" if k in row else "—"
+      lines.append(
+          f"| {side}² | {mode} | {timm} | {fmt('before')} | {fmt('after')} | "
+          f"{sp('after_speedup_vs_timm')} | {sp('before_speedup_vs_timm')} | "
+          f"{sp('after_speedup_vs_before')} | {b['temp_bytes'] / 2**20:.1f} → "
+          f"{a['temp_bytes'] / 2**20:.1f} | {b['kernels']} → {a['kernels']} | "
+          f"{b['logits_passes']} → {a['logits_passes']} | {b['xla_bytes_accessed'] / 1e6:.0f} → "
+          f"{a['xla_bytes_accessed'] / 1e6:.0f} |")
+  lines += ["", "Kernels: XLA kernels (fusions, dots, copies, ...) of the compiled program, "
+            "entry and loop bodies (a loop body counted once); logits passes: those that "
+            "write an array of at least one query row's logits (B·H·Y·XY elements). XLA "
+            "bytes: cost_analysis 'bytes accessed' (a while loop's body counted once, so "
+            "chunked programs read as less than they move)."]
+  goals = result.get("goals", {})
+  if goals:
+    lines += ["", "## Goals", ""] + [f"- {k}: {v}" for k, v in goals.items()]
+  rn = result.get("resnets")
+  if rn:
+    lines += ["", f"## AA-ResNet-50 vs ResNet-50, forward + backward at {rn['size']}², "
+              f"batch {rn['batch']}", "",
+              "Gradients of <logits, 1> w.r.t. the parameters and the input (a training step "
+              "without the optimizer update), interleaved medians (min).", "",
+              "| model | ms | temp MiB | XLA GFLOP | / ResNet-50 |", "|---|---|---|---|---|"]
+    for key, label in (("resnet50", "ResNet-50"), ("aa_resnet50", "AA-ResNet-50 (after)"),
+                       ("aa_resnet50_before", "AA-ResNet-50 (before)")):
+      r = rn[key]
+      lines.append(f"| {label} | {_ms(r['time_s'])} ({_ms(r['min_s'])}) | "
+                   f"{r['temp_bytes'] / 2**20:.0f} | {r['xla_flops'] / 1e9:.1f} | "
+                   f"{r['time_s'] / rn['resnet50']['time_s']:.3f}× |")
+  if result.get("extra_md"):
+    lines += ["", result["extra_md"]]
+  return "\n".join(lines) + "\n"
+
+
+def run(config) -> dict:
+  timm_cls = load_bottleneck_attn()
+  result = {"machine": measure.machine(), "sides": {}}
+  if timm_cls is not None:
+    import timm  # pylint: disable=g-import-not-at-top
+    import torch  # pylint: disable=g-import-not-at-top
+    result.update(torch=torch.__version__, timm=timm.__version__ if hasattr(timm, "__version__")
+                  else "installed", torch_threads=torch.get_num_threads())
+  for side in config.sides:
+    result["sides"][str(side)] = measure_side(config, side, timm_cls)
+    if config.out_dir:  # keep what is measured if a later size fails
+      pathlib.Path(config.out_dir, f"relative_timm_{side}.json").write_text(
+          json.dumps(result["sides"][str(side)], default=str))
+  goals = {}
+  for side in config.sides:
+    for mode in config.modes:
+      row = result["sides"][str(side)][mode]
+      if "after_speedup_vs_timm" in row:
+        sp = row["after_speedup_vs_timm"]
+        goals[f"{side}² {mode} ≥ timm"] = f"{'met' if sp >= 1 else 'NOT met'} ({sp:.2f}×)"
+  if "56" in result["sides"] and "train" in result["sides"]["56"]:
+    temp = result["sides"]["56"]["train"]["accounting"]["after"]["temp_bytes"] / GIB
+    goals["56² train temporaries ≤ 0.5 GiB"] = f"{'met' if temp <= 0.5 else 'NOT met'} " \
+                                               f"({temp:.3f} GiB)"
+  if config.aa_resnet:
+    result["resnets"] = measure_resnets(config)
+    ratio = result["resnets"]["ratio"]
+    goals["AA-ResNet-50 ≤ 1.15× ResNet-50"] = f"{'met' if ratio <= 1.15 else 'NOT met'} " \
+                                              f"({ratio:.3f}×)"
+  result["goals"] = goals
+  return result
+
+
+def main(argv):
+  del argv
+  config = _CONFIG.value
+  result = run(config)
+  out = pathlib.Path(config.out_dir) if config.out_dir else measure.RESULTS
+  out.mkdir(parents=True, exist_ok=True)
+  saved = out / "relative_timm.json"
+  if config.merge and saved.exists():  # keep the sizes (and ResNets) this run did not measure
+    previous = json.loads(saved.read_text())
+    result["sides"] = {**previous.get("sides", {}), **result["sides"]}
+    if "resnets" not in result and "resnets" in previous:
+      result["resnets"] = previous["resnets"]
+    result["goals"] = {**previous.get("goals", {}), **result["goals"]}
+    result["note"] = "Sizes measured in separate runs where the rows say so. "
+  notes = out / "relative_timm_notes.md"
+  if notes.exists():
+    result["extra_md"] = notes.read_text()
+  (out / "relative_timm.json").write_text(json.dumps(result, indent=1, default=str))
+  (out / "relative_timm.md").write_text(markdown(config, result))
+  print(markdown(config, result))
+
+
+if __name__ == "__main__":
+  app.run(main)
