@@ -22,7 +22,7 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
-from absl import app
+from absl import app, flags
 from flax import nnx
 from jax import lax
 from ml_collections import config_flags
@@ -32,7 +32,6 @@ from attention_lab.ops import _checks
 from attention_lab.ops.attention import default_scale
 from experiments import measure
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "relative_timm config.")
 GIB = 2**30
 
 
@@ -350,7 +349,7 @@ def run(config) -> dict:
 
 def main(argv):
   del argv
-  config = _CONFIG.value
+  config = flags.FLAGS.config
   result = run(config)
   out = pathlib.Path(config.out_dir) if config.out_dir else measure.RESULTS
   out.mkdir(parents=True, exist_ok=True)
@@ -371,4 +370,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Defined here, not at import: tests import this module beside experiments.efficiency,
+  # which defines its own --config.
+  config_flags.DEFINE_config_file("config", None, "relative_timm config.")
   app.run(main)

@@ -343,13 +343,14 @@ class Trainer:
     if self.checkpoints.latest_step() != step:
       self.save(force=True)
 
-  def _writer(self, start: int):
+  def _writer(self, written: dict[str, int]):
+    """Process 0's writer, skipping the points in `written` (a killed run may have written
+    points even after its last checkpoint)."""
     if jax.process_index() > 0:
       return metric_writers.MultiWriter([])  # only process 0 writes
     writer = metric_writers.create_default_writer(self.workdir, just_logging=False,
                                                   asynchronous=False)
-    del start  # a killed run may have written points even before its first checkpoint
-    return _OncePerStep(writer, _written_steps(self.workdir))
+    return _OncePerStep(writer, written)
 
   def _progress(self, step: int, summary: dict[str, float], rate: float, last: int) -> str:
     names = [k for k in ("loss", self.task.headline) if f"train_{k}" in summary]
@@ -376,7 +377,14 @@ class Trainer:
       return self.evaluate()
     installed = PREEMPTION.install()
     single = jax.process_count() == 1  # several processes: no aborted regions, agreed stops
-    writer = self._writer(start)
+    written = _written_steps(self.workdir)
+    writer = self._writer(written)
+    last_eval = max((s for tag, s in written.items() if tag.startswith("eval_")), default=-1)
+    if start and start % config.eval_every_steps == 0 and self._agree(last_eval < start)[0]:
+      # A SIGTERM during this step's evaluation saved the step without it: evaluate now.
+      evaluation = self.evaluate()
+      writer.write_scalars(start, evaluation)
+      self.say(self._eval_line(start, evaluation))
     train_metrics, summary, pending = None, {}, None
     step, saved = start, False
     clock = time.monotonic()
