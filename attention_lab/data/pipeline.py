@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from attention_lab.data.builders.digit_scenes import DigitScenes
 from attention_lab.data.builders.digits import Digits
 
 # Per-channel mean and std of the pixel values in [0, 1].
@@ -23,7 +24,7 @@ _STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
     "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
-_EMBEDDED = {"digits": Digits}
+_EMBEDDED = {"digits": Digits, "digit_scenes": DigitScenes}
 
 
 @dataclasses.dataclass(frozen=True)

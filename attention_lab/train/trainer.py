@@ -1,77 +1,34 @@
-"""The generic train loop: NNX model + optax, jit over a device mesh, clu, orbax.
+"""THE train loop, for every task: mesh, state placement, data feeding, jit,
+checkpoints, SIGTERM, progress and metric writing. It knows no model and no loss:
+`config.task` names a module of attention_lab/train/tasks/ that owns those (see
+tasks/base.py for the contract).
 
-The model is split once into (graphdef, params, rest): `rest` holds every
-non-parameter variable (BatchNorm statistics, RNG keys and counters of dropout
-or Hamburger bases). The train and eval steps are pure jitted functions of a
-state dict {step, params, rest, opt_state} and a batch; sharding comes from
-the arrays: the state is placed with NamedSharding over a `jax.sharding.Mesh`
-with one "data" axis (replicated, or parameters split along their largest
-divisible axis with `mesh.param_sharding="fsdp"`), batches are global arrays
-split over "data", assembled per process with
+The state is a pytree of arrays placed with NamedSharding over a
+`jax.sharding.Mesh` with one "data" axis (replicated, or parameters split along
+their largest divisible axis with `mesh.param_sharding="fsdp"`); it is created
+by a jitted init with `out_shardings`, or restored by orbax straight into those
+shardings, so every process holds only its own shards. Batches are global
+arrays split over "data", assembled per process with
 `jax.make_array_from_process_local_data`. XLA inserts the cross-device
-reductions (gradients, BatchNorm statistics over the global batch), so the
-loss does not depend on the device count.
-
-A task object (config.task, a key of TASKS) owns the loss and the metrics:
-`loss_and_metrics(outputs, batch) -> (loss, clu metrics)` and a `metrics`
-collection class; Classification is the first. Segmentation or restoration
-tasks add an entry with their own loss and metrics and reuse the loop.
+reductions (gradients, BatchNorm statistics over the global batch), so the loss
+does not depend on the device count.
 """
 
 import os
 import signal
 import tempfile
 
-import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 from absl import logging
-from clu import metric_writers, metrics, parameter_overview, periodic_actions
-from flax import nnx
+from clu import metric_writers, periodic_actions
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab import models
-from attention_lab.data import pipeline
-from attention_lab.train import optim
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-
-
-@flax.struct.dataclass
-class ClassificationMetrics(metrics.Collection):
-  loss: metrics.Average.from_output("loss")
-  top1: metrics.Average.from_output("top1")
-  top5: metrics.Average.from_output("top5")
-
-
-class Classification:
-  """Softmax cross-entropy with label smoothing; top-1 / top-5 accuracy."""
-
-  metrics = ClassificationMetrics
-
-  def __init__(self, num_classes: int, label_smoothing: float = 0.0):
-    self.num_classes, self.label_smoothing = num_classes, label_smoothing
-
-  def loss_and_metrics(self, logits, batch):
-    labels = jax.nn.one_hot(batch["label"], self.num_classes)
-    if self.label_smoothing:
-      labels = optax.smooth_labels(labels, self.label_smoothing)
-    per_example = optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
-    mask = batch.get("mask", jnp.ones_like(per_example, bool))
-    loss = jnp.sum(per_example * mask) / jnp.maximum(jnp.sum(mask), 1)
-    top5 = jax.lax.top_k(logits, min(5, self.num_classes))[1]
-    values = self.metrics.single_from_model_output(
-        loss=per_example, top1=jnp.argmax(logits, -1) == batch["label"],
-        top5=jnp.any(top5 == batch["label"][:, None], axis=-1), mask=mask)
-    return loss, values
-
-
-TASKS = {"classification": Classification}
+from attention_lab.train import tasks
 
 
 def make_mesh(config) -> jax.sharding.Mesh:
@@ -107,7 +64,8 @@ def _check_workdir(workdir: str) -> None:
 
 
 def _is_key(x):
-  return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+  """A typed PRNG key array, or its abstract ShapeDtypeStruct."""
+  return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
 
 
 def _storable(state):
@@ -116,13 +74,14 @@ def _storable(state):
 
 
 def _unstorable(restored, like):
+  """Undoes `_storable`, given the (abstract) state it came from."""
   return jax.tree.map(
-      lambda r, x: jax.random.wrap_key_data(r, impl=jax.random.key_impl(x)) if _is_key(x) else r,
+      lambda r, x: jax.random.wrap_key_data(r, impl=x.dtype._impl) if _is_key(x) else r,  # pylint: disable=protected-access
       restored, like)
 
 
 class Trainer:
-  """Builds model, optimizer, mesh, data and checkpoints from a config; `run()` trains."""
+  """Builds the task, mesh, state and checkpoints from a config; `run()` trains."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config, self.workdir = config, workdir
@@ -137,80 +96,42 @@ class Trainer:
       raise ValueError(f"batch_size ({config.batch_size}) must be divisible by the process "
                        f"count ({jax.process_count()})")
     self.local_batch = config.batch_size // jax.process_count()
-    self.info = pipeline.dataset_info(config)
-    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
-        config.num_epochs * self.steps_per_epoch)
+    self.env = tasks.Environment(self.mesh, workdir, self.local_batch)
+    self.task = tasks.create(config, self.env)
+    self.total_steps = self.task.total_steps
 
-    overrides = {k: v for k, v in config.model.items() if k != "name"}
-    if "dtype" in overrides:
-      if overrides["dtype"] not in DTYPES:
-        raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {overrides['dtype']!r}")
-      overrides["dtype"] = DTYPES[overrides["dtype"]]
-    model = models.create(config.model.name, num_classes=self.info.num_classes,
-                          rngs=nnx.Rngs(config.seed), **overrides)
-    model.eval()
-    self.eval_graphdef = nnx.graphdef(model)
-    model.train()
-    self.train_graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    parameter_overview.log_parameter_overview(nnx.to_pure_dict(params))
-
-    task = config.get("task", "classification")
-    if task not in TASKS:
-      raise ValueError(f"task must be one of {sorted(TASKS)}, got {task!r}")
-    self.task = TASKS[task](self.info.num_classes, config.get("label_smoothing", 0.0))
-    self.schedule = optim.make_schedule(
-        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
-    self.tx = optim.make_optimizer(config.optimizer, self.schedule)
-    state = {"step": jnp.zeros((), jnp.int32), "params": params, "rest": rest,
-             "opt_state": self.tx.init(params)}
-    self.shardings = state_shardings(state, self.mesh, config.mesh.param_sharding)
-    self.state = jax.device_put(state, self.shardings)
-    self.data_sharding = NamedSharding(self.mesh, P("data"))
-    self.train_step = jax.jit(self._train_step, donate_argnums=0,
+    abstract = jax.eval_shape(self.task.init_state)
+    self.shardings = state_shardings(abstract, self.mesh, config.mesh.param_sharding)
+    self.train_step = jax.jit(self.task.train_step, donate_argnums=0,
                               out_shardings=(self.shardings, None))
-    self.eval_step = jax.jit(self._eval_step)
-
     self.checkpoints = ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, "checkpoints")),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=config.keep_checkpoints,
             save_interval_steps=config.checkpoint_every_steps))
     latest = self.checkpoints.latest_step()
-    if latest is not None:
-      abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _storable(self.state))
-      restored = self.checkpoints.restore(latest, args=ocp.args.StandardRestore(abstract))
-      self.state = _unstorable(restored, self.state)
+    if latest is None:
+      self.state = self.task.from_pretrained(
+          jax.jit(self.task.init_state, out_shardings=self.shardings)())
+    else:
+      target = jax.tree.map(self._restore_target, abstract, self.shardings)
+      restored = self.checkpoints.restore(latest, args=ocp.args.StandardRestore(target))
+      self.state = _unstorable(restored, abstract)
       logging.info("Resumed from %s at step %d", self.checkpoints.directory, latest)
+    logging.info("%s parameters", f"{count_parameters(self.state):,}")
 
-  def _train_step(self, state, batch):
-    def loss_fn(params, rest):
-      model = nnx.merge(self.train_graphdef, params, rest, copy=True)
-      loss, values = self.task.loss_and_metrics(model(batch["image"]), batch)
-      return loss, (nnx.state(model, nnx.Not(nnx.Param)), values)
-
-    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"], state["rest"])
-    updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    new_state = {"step": state["step"] + 1, "params": params, "rest": rest,
-                 "opt_state": opt_state}
-    return new_state, values
-
-  def _eval_step(self, state, batch):
-    model = nnx.merge(self.eval_graphdef, state["params"], state["rest"])
-    return self.task.loss_and_metrics(model(batch["image"]), batch)[1]
+  def _restore_target(self, like, sharding):
+    if _is_key(like):  # stored as raw uint32 key data, replicated
+      data = jax.eval_shape(jax.random.key_data, like)
+      return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=NamedSharding(self.mesh, P()))
+    return jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=sharding)
 
   def global_batch(self, batch):
     """This process's numpy batch → global arrays sharded over the mesh's "data" axis."""
-    return {k: jax.make_array_from_process_local_data(self.data_sharding, v)
-            for k, v in batch.items()}
+    return self.env.global_batch(batch)
 
   def evaluate(self) -> dict[str, float]:
-    total = None
-    for batch in pipeline.eval_batches(self.config, local_batch_size=self.local_batch):
-      values = self.eval_step(self.state, self.global_batch(batch))
-      total = values if total is None else total.merge(values)
-    return {f"eval_{k}": float(v) for k, v in total.compute().items()}
+    return self.task.evaluate(self.state)
 
   def save(self, *, force: bool = False) -> None:
     step = int(self.state["step"])
@@ -232,7 +153,7 @@ class Trainer:
         every_secs=None)
     stop = {"requested": False}
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(requested=True))
-    data = pipeline.train_iterator(config, local_batch_size=self.local_batch, start_step=start)
+    data = self.task.train_batches(start)
     train_metrics, summary = None, {}
     try:
       for step in range(start + 1, last + 1):
@@ -241,12 +162,13 @@ class Trainer:
         report(step)
         if step % config.log_every_steps == 0 or step == self.total_steps:
           summary = {f"train_{k}": float(v) for k, v in train_metrics.compute().items()}
-          summary["learning_rate"] = float(self.schedule(step - 1))
+          summary.update(self.task.learning_rates(step))
           writer.write_scalars(step, summary)
           train_metrics = None
         if step % config.eval_every_steps == 0 or step == self.total_steps:
           evaluation = self.evaluate()
           writer.write_scalars(step, evaluation)
+          self._write_images(writer, step)
           summary.update(evaluation)
         if stop["requested"]:
           logging.warning("SIGTERM: saving step %d and exiting", step)
@@ -258,3 +180,26 @@ class Trainer:
       signal.signal(signal.SIGTERM, previous)
       writer.flush()
     return summary
+
+  def _write_images(self, writer, step: int) -> None:
+    """The task's pictures: to TensorBoard and as PNG files under workdir/images/."""
+    images = self.task.image_summaries(self.state)
+    if not images or jax.process_index() > 0:
+      return
+    writer.write_images(step, images)
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    folder = os.path.join(self.workdir, "images")
+    os.makedirs(folder, exist_ok=True)
+    for name, batch in images.items():
+      tiles = np.concatenate(list(np.asarray(batch)), axis=1)  # side by side
+      Image.fromarray(tiles.squeeze(-1) if tiles.shape[-1] == 1 else tiles).save(
+          os.path.join(folder, f"{name.replace('/', '_')}_{step:07d}.png"))
+
+
+def count_parameters(state) -> int:
+  """Parameters in a state: every array under a "params" key, at any depth."""
+  total = 0
+  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+    if any(getattr(k, "key", None) == "params" for k in path):
+      total += int(np.prod(np.shape(leaf)))
+  return total

@@ -138,6 +138,6 @@ def test_bfloat16_compute(tmp_path, data_dir):
 
 def test_unknown_task(tmp_path, data_dir):
   config = tiny_config(data_dir)
-  config.task = "detection"
+  config.task = "no_such_task"
   with pytest.raises(ValueError, match="task must be one of"):
     Trainer(config, str(tmp_path))

@@ -1,0 +1,176 @@
+"""The contract between the loop and a task family, and the pieces tasks share.
+
+The loop (train/trainer.py) owns the mesh, state placement, data feeding, jit,
+checkpoints, signals, progress and metric writing; it knows no model and no
+loss. A task owns everything else. The loop calls, in order:
+
+  task = TaskClass(config, env)               # build models, optimizers, data
+  state = task.from_pretrained(jit(task.init_state, out_shardings)())
+                                            # or an orbax restore into
+                                            # jax.eval_shape(task.init_state)
+  for batch in task.train_batches(start_step):   # this process's numpy batches
+    state, metrics = jit(task.train_step)(state, env.global_batch(batch))
+  task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
+  task.image_summaries(state) -> {name: images}  # pictures, at every evaluation
+
+`state` is any pytree of arrays (dicts of params / BatchNorm statistics /
+optimizer states / PRNG keys) with a scalar int32 "step"; `metrics` is a clu
+`metrics.Collection` (averaged by the loop over each log interval). A GAN fits
+without touching the loop: its state holds {"generator": ..., "discriminator":
+..., "ema": ...}, its train_step runs the D and G updates, its evaluate
+generates samples and scores them. Tasks are looked up by module name:
+`config.task = "segmentation"` is `attention_lab/train/tasks/segmentation.py`,
+whose `TASK` attribute is the class.
+"""
+
+import abc
+import dataclasses
+from typing import Any, Callable, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from clu import metrics
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from attention_lab import models
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+Batch = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+  """What the loop tells a task: the mesh, the workdir and this process's batch size."""
+
+  mesh: jax.sharding.Mesh
+  workdir: str
+  local_batch_size: int
+
+  @property
+  def data_sharding(self) -> NamedSharding:
+    return NamedSharding(self.mesh, P("data"))
+
+  def global_batch(self, batch: Batch) -> dict[str, jax.Array]:
+    """This process's numpy batch → global arrays split over the mesh's "data" axis."""
+    return {k: jax.make_array_from_process_local_data(self.data_sharding, v)
+            for k, v in batch.items()}
+
+
+class Task(abc.ABC):
+  """Base class of a task family; see the module docstring for the protocol."""
+
+  headline = "loss"  # the evaluation metric a person watches: eval_<headline>
+
+  def __init__(self, config, env: Environment):
+    self.config, self.env = config, env
+    self._jit_eval_step = None
+
+  # The loop needs these from every task.
+  total_steps: int
+
+  @abc.abstractmethod
+  def init_state(self) -> Any:
+    """The initial state pytree; pure, traced under jit with the state's shardings."""
+
+  @abc.abstractmethod
+  def train_step(self, state, batch) -> tuple[Any, metrics.Collection]:
+    """(state, global batch) → (new state, clu Collection); jitted, `state` donated."""
+
+  @abc.abstractmethod
+  def train_batches(self, start_step: int) -> Iterator[Batch]:
+    """Endless iterator of this process's numpy batches from `start_step` on (exact resume)."""
+
+  @abc.abstractmethod
+  def evaluate(self, state) -> dict[str, float]:
+    """Whole-set evaluation → {"eval_<name>": float}, the same on every process."""
+
+  # Optional.
+  def from_pretrained(self, state):
+    """Called once on a fresh start (no checkpoint in the workdir), outside jit: returns
+    `state` with weights from elsewhere (e.g. `config.init_from`), in its shardings."""
+    return state
+
+  def image_summaries(self, state) -> dict[str, np.ndarray]:
+    """Pictures to write at each evaluation: name → uint8 (N, H, W, 3) images."""
+    del state
+    return {}
+
+  def learning_rates(self, step: int) -> dict[str, float]:
+    del step
+    return {}
+
+  # Shared helper for tasks whose evaluation is a sum over eval batches.
+  def evaluate_batches(self, state, eval_step: Callable, batches: Iterable[Batch]
+                       ) -> metrics.Collection:
+    """Runs jit(eval_step)(state, global batch) over `batches`, merging the collections."""
+    if self._jit_eval_step is None:
+      self._jit_eval_step = jax.jit(eval_step)
+    total = None
+    for batch in batches:
+      values = self._jit_eval_step(state, self.env.global_batch(batch))
+      total = values if total is None else total.merge(values)
+    if total is None:
+      raise ValueError("the evaluation split yielded no batches")
+    return total
+
+
+def create_model(model_config, **kwargs) -> nnx.Module:
+  """`models.create(config.model.name, **config.model fields, **kwargs)`, dtype by name."""
+  overrides = {k: v for k, v in model_config.items() if k != "name"}
+  if "dtype" in overrides:
+    if overrides["dtype"] not in DTYPES:
+      raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {overrides['dtype']!r}")
+    overrides["dtype"] = DTYPES[overrides["dtype"]]
+  overrides.update(kwargs)
+  return models.create(model_config.name, **overrides)
+
+
+class TrainableModel:
+  """One NNX model and its optax optimizer as the pure pieces a jitted step needs.
+
+  Its state is {"params", "rest", "opt_state"}: `rest` holds every non-parameter
+  variable (BatchNorm statistics, RNG keys and counters of dropout or Hamburger
+  bases). The graph definitions come from `nnx.eval_shape`, so building one
+  allocates nothing; `init()` is pure and runs under the loop's jit.
+  """
+
+  def __init__(self, build: Callable[[nnx.Rngs], nnx.Module], tx: optax.GradientTransformation,
+               seed: int):
+    self.build, self.tx, self.seed = build, tx, seed
+    abstract = nnx.eval_shape(lambda: build(nnx.Rngs(seed)))
+    abstract.eval()
+    self.eval_graphdef = nnx.graphdef(abstract)
+    abstract.train()
+    self.train_graphdef = nnx.graphdef(abstract)
+
+  def init(self) -> dict[str, Any]:
+    model = self.build(nnx.Rngs(self.seed))
+    model.train()
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    return {"params": params, "rest": rest, "opt_state": self.tx.init(params)}
+
+  def model(self, state, *, train: bool) -> nnx.Module:
+    """The module with `state`'s variables (a copy: its updates do not touch `state`)."""
+    graphdef = self.train_graphdef if train else self.eval_graphdef
+    return nnx.merge(graphdef, state["params"], state["rest"], copy=True)
+
+  def update(self, state, grads, rest) -> dict[str, Any]:
+    """One optimizer step on `grads`; `rest` replaces the non-parameter variables."""
+    updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
+    return {"params": optax.apply_updates(state["params"], updates), "rest": rest,
+            "opt_state": opt_state}
+
+
+def non_params(model: nnx.Module):
+  """The non-parameter variables of a model after a forward pass (new BN statistics, RNGs)."""
+  return nnx.state(model, nnx.Not(nnx.Param))
+
+
+def masked_mean(values, mask):
+  """Mean of `values` over examples where `mask` is true (padding excluded)."""
+  mask = jnp.broadcast_to(mask, values.shape)
+  return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1)

@@ -1,0 +1,88 @@
+"""Image classification: softmax cross-entropy with label smoothing; top-1 / top-5.
+
+State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel).
+Data: the TFDS pipelines of data/pipeline.py (digits, CIFAR, ImageNet).
+"""
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+from clu import metrics
+
+from attention_lab.data import pipeline
+from attention_lab.train import optim
+from attention_lab.train.tasks import base
+
+
+@flax.struct.dataclass
+class ClassificationMetrics(metrics.Collection):
+  loss: metrics.Average.from_output("loss")
+  top1: metrics.Average.from_output("top1")
+  top5: metrics.Average.from_output("top5")
+
+
+class Classification(base.Task):
+  """One classifier, one optimizer; whole-set top-1 / top-5 on the eval split."""
+
+  headline = "top1"
+
+  def __init__(self, config, env):
+    super().__init__(config, env)
+    self.info = pipeline.dataset_info(config)
+    self.num_classes = self.info.num_classes
+    self.label_smoothing = config.get("label_smoothing", 0.0)
+    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
+    self.total_steps = config.get("num_train_steps") or int(
+        config.num_epochs * self.steps_per_epoch)
+    self.schedule = optim.make_schedule(
+        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    self.net = base.TrainableModel(
+        lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs),
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+
+  def init_state(self):
+    return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
+
+  def model(self, state):
+    """The trained classifier in evaluation mode (e.g. to draw attention maps)."""
+    return self.net.model(state, train=False)
+
+  def loss_and_metrics(self, logits, batch):
+    labels = jax.nn.one_hot(batch["label"], self.num_classes)
+    if self.label_smoothing:
+      labels = optax.smooth_labels(labels, self.label_smoothing)
+    per_example = optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
+    mask = batch.get("mask", jnp.ones_like(per_example, bool))
+    top5 = jax.lax.top_k(logits, min(5, self.num_classes))[1]
+    values = ClassificationMetrics.single_from_model_output(
+        loss=per_example, top1=jnp.argmax(logits, -1) == batch["label"],
+        top5=jnp.any(top5 == batch["label"][:, None], axis=-1), mask=mask)
+    return base.masked_mean(per_example, mask), values
+
+  def train_step(self, state, batch):
+    def loss_fn(params):
+      model = self.net.model({**state, "params": params}, train=True)
+      loss, values = self.loss_and_metrics(model(batch["image"]), batch)
+      return loss, (base.non_params(model), values)
+
+    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+
+  def eval_step(self, state, batch):
+    return self.loss_and_metrics(self.model(state)(batch["image"]), batch)[1]
+
+  def train_batches(self, start_step):
+    return pipeline.train_iterator(
+        self.config, local_batch_size=self.env.local_batch_size, start_step=start_step)
+
+  def evaluate(self, state):
+    batches = pipeline.eval_batches(self.config, local_batch_size=self.env.local_batch_size)
+    total = self.evaluate_batches(state, self.eval_step, batches)
+    return {f"eval_{k}": float(v) for k, v in total.compute().items()}
+
+  def learning_rates(self, step):
+    return {"learning_rate": float(self.schedule(step - 1))}
+
+
+TASK = Classification
