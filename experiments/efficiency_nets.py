@@ -22,6 +22,9 @@ the KANets, ResNet-50 for the AA-ResNet-50s), beside the paper's ratios
 GPU; AA Table 2: Δ_Train of AA (υ = 0.25) over ResNet-50, +25%, V100, batch 128).
 """
 
+import json
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -98,17 +101,21 @@ def timed_program(name, overrides, config):
 
 
 def run(config) -> dict:
-  rows = []
+  rows, memory_cache, program_cache = [], {}, {}
   for comparison in config.comparisons:
     comparison = dict(comparison)
     nets = [dict(n) for n in comparison["nets"]]
     programs = {}
     for net in nets:
-      net["memory"] = memory_at(net["model"], dict(net.get("overrides", {})), config)
+      overrides = dict(net.get("overrides", {}))
+      key = (net["model"], tuple(sorted(overrides.items())))
+      if key not in memory_cache:  # a baseline shared by two comparisons compiles once
+        memory_cache[key] = memory_at(net["model"], overrides, config)
+        program_cache[key] = timed_program(net["model"], overrides, config)
+      net["memory"] = memory_cache[key]
       print(f"{net['label']}: peak {net['memory']['peak_bytes'] / GB:.2f} GB at batch "
             f"{config.paper_batch}", flush=True)
-      programs[net["label"]] = timed_program(net["model"], dict(net.get("overrides", {})),
-                                             config)
+      programs[net["label"]] = program_cache[key]
     times = measure.time_side_by_side(programs, config.repeats, config.min_sample_s)
     base = next(n for n in nets if n["label"] == comparison["baseline"])
     for net in nets:
@@ -129,8 +136,18 @@ def run(config) -> dict:
                                  else paper.get("time_ratio"))
       rows.append(dict(comparison=comparison["title"], baseline=comparison["baseline"], **net))
       print({k: v for k, v in net.items() if k != "time_samples"}, flush=True)
-  goal = _goal(config, rows)
-  return {"rows": rows, "goal": goal}
+    _write_partial(config, {"rows": rows, "goal": _goal(config, rows)})
+  return {"rows": rows, "goal": _goal(config, rows)}
+
+
+def _write_partial(config, result):
+  """Writes the comparisons measured so far (a long run keeps what it has if stopped)."""
+  out_dir = pathlib.Path(config.get("out_dir", "") or measure.RESULTS)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  result = {**result, "machine": measure.machine(), "partial": True}
+  (out_dir / f"{config.table}.json").write_text(json.dumps(result, indent=1, default=str))
+  (out_dir / f"{config.table}.md").write_text(
+      markdown(config, result, measure.machine_line(result["machine"])))
 
 
 def _goal(config, rows) -> dict:
