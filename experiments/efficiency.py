@@ -10,6 +10,8 @@ Tables (`config.kind`):
 - "gan": Refined-SA Tables 2-3 — SAGAN, ISAGAN, SGAN 64×64 generator +
   discriminator: forward and backward time, largest batch in a memory budget;
 - "aa": AA Table 9 — memory of the attention maps per stage of AA-ResNet-50;
+- "nets": SAO Table 5 — a training step of whole networks (MobileNetV2, SANet,
+  AttnNet; KANets; AA-ResNet-50): XLA memory at batch 128, time side by side;
 - "goals": the performance goals of issue 5 (experiments/bench_ops.py).
 
 Conventions, the same for every table:
@@ -390,7 +392,8 @@ _RENDERERS = {
 def _table_module(kind):
   # Imported lazily: they import this module's helpers from experiments.measure.
   import importlib  # pylint: disable=g-import-not-at-top
-  name = {"gan": "efficiency_gan", "aa": "efficiency_aa", "goals": "bench_ops"}[kind]
+  name = {"gan": "efficiency_gan", "aa": "efficiency_aa", "goals": "bench_ops",
+          "nets": "efficiency_nets"}[kind]
   return importlib.import_module(f"experiments.{name}")
 
 
@@ -401,8 +404,8 @@ def main(argv):
   out_dir = pathlib.Path(config.get("out_dir", "") or RESULTS)
   out_dir.mkdir(parents=True, exist_ok=True)
   kind = config.kind
-  if kind not in ("operators", "modules", "gan", "aa", "goals"):
-    raise ValueError(f"config.kind must be operators|modules|gan|aa|goals, got {kind!r}")
+  if kind not in ("operators", "modules", "gan", "aa", "goals", "nets"):
+    raise ValueError(f"config.kind must be operators|modules|gan|aa|goals|nets, got {kind!r}")
   if config.get("render_only", False):
     result = json.loads((out_dir / f"{config.table}.json").read_text())
     m = result["machine"]

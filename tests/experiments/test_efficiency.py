@@ -128,3 +128,17 @@ def test_double_attention_counts():
   assert block(x).shape == x.shape
   # φ, θ, ρ: 16→8, 16→4, 16→4; out 8→16; all with bias.
   assert efficiency.params_of(block) == (16 * 8 + 8) + 2 * (16 * 4 + 4) + (8 * 16 + 16)
+
+
+def test_sao_table5_whole_networks(monkeypatch, tmp_path):
+  from configs.efficiency import sao_table5  # pylint: disable=g-import-not-at-top
+  config, data, text = _run(sao_table5, monkeypatch, tmp_path)
+  rows = {r["label"]: r for r in data["rows"]}
+  assert set(rows) == {"MobileNetV2", "SANet"}
+  for r in rows.values():
+    m = r["memory"]
+    assert m["peak_bytes"] == m["temp_bytes"] + m["arg_bytes"] + m["out_bytes"] - m["alias_bytes"]
+    assert r["time_s"] > 0 and m["alias_bytes"] > 0  # parameters and momentum are donated
+  assert rows["MobileNetV2"]["memory_ratio"] == 1.0
+  assert rows["SANet"]["paper_time_ratio"] == pytest.approx(14.9 / 14.4)
+  assert "Performance goal" in text

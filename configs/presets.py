@@ -1,0 +1,59 @@
+"""Preset strings of the configs: `file.py:row`, `file.py:cpu`, `file.py:row,cpu`.
+
+A preset string is a comma-separated list: at most one paper row (a name the
+config lists) and at most one size ("cpu": learns visibly on digits in a minute
+or two on a 2-core CPU; "tiny": a few steps, for tests).
+"""
+
+import ml_collections
+
+SIZES = ("cpu", "tiny")
+
+
+def parse(preset: str | None, rows, *, default_row: str | None = None, where: str = "config"):
+  """(row, size) from a preset string; ValueError naming what is allowed."""
+  row, size = None, None
+  for token in filter(None, (t.strip() for t in (preset or "").split(","))):
+    if token in SIZES and size is None:
+      size = token
+    elif token in rows and row is None:
+      row = token
+    else:
+      raise ValueError(
+          f"unknown preset {preset!r} for {where}; expected a comma-separated row from "
+          f"{sorted(rows)} and/or a size from {list(SIZES)}")
+  return row or default_row, size
+
+
+def digits_cpu(config: ml_collections.ConfigDict, *, image_size: int = 32, steps: int = 400,
+               batch_size: int = 32, learning_rate: float = 3e-3) -> ml_collections.ConfigDict:
+  """Shrinks an ImageNet/CIFAR config to the embedded digits data with a recipe that learns
+  in a few hundred steps: AdamW (the papers' SGD / RMSProp at these step counts leaves
+  BatchNorm-heavy nets near chance), cosine decay, no dropout, eval at the end."""
+  config.dataset.name = "digits"
+  config.dataset.train_split, config.dataset.eval_split = "train", "test"
+  config.dataset.image_size = image_size
+  config.dataset.crop = "resize"
+  config.dataset.shuffle_buffer = 2048
+  config.model.image_size, config.model.in_channels = image_size, 1
+  if "dropout" in config.model:
+    config.model.dropout = 0.0
+  config.model.dtype = "float32"
+  config.batch_size = batch_size
+  config.num_train_steps = steps
+  config.label_smoothing = 0.0
+  config.optimizer = ml_collections.ConfigDict(dict(
+      name="adamw", learning_rate=learning_rate, weight_decay=1e-4, grad_clip_norm=0.0,
+      schedule="cosine", warmup_epochs=0.0, momentum=0.9, nesterov=False))
+  config.log_every_steps = 50
+  config.eval_every_steps = config.checkpoint_every_steps = steps
+  config.keep_checkpoints = 1
+  return config
+
+
+def tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A `:cpu` config cut to a few steps (tests)."""
+  config.num_train_steps = 2
+  config.batch_size = 8
+  config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
+  return config

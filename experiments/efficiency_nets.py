@@ -1,0 +1,197 @@
+"""SAO Table 5: cost of training whole networks (forward + backward + optimizer update).
+
+Run through `python -m experiments.efficiency --config=configs/efficiency/sao_table5.py`.
+
+For every network of a comparison (config.comparisons), one real train step:
+softmax cross-entropy on integer labels, gradients of every parameter, the
+BatchNorm statistics carried, SGD with momentum 0.9 applied (the SAO
+recipe's optimizer), parameters and optimizer state donated as in the
+trainer. Two measurements:
+
+- memory: XLA's `memory_analysis()` of the step compiled for the paper's
+  batch (128×224²×3) — compiled only, never run. Peak = temporaries +
+  arguments + outputs − aliased (donated) bytes, i.e. what one device must
+  hold during the step;
+- time: the same step compiled for `time_batch` images of 224² (a batch this
+  CPU can run), the networks timed side by side in interleaved rounds
+  (experiments.measure.time_side_by_side, median of `repeats` samples).
+
+Ratios are against the comparison's baseline (MobileNetV2 for SAO Table 5 and
+the KANets, ResNet-50 for the AA-ResNet-50s), beside the paper's ratios
+(SAO Table 5: 7.4 / 7.5 / 11.7 GB and 14.4 / 14.9 / 27.1 s for 100 iterations on a
+GPU; AA Table 2: Δ_Train of AA (υ = 0.25) over ResNet-50, +25%, V100, batch 128).
+"""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from attention_lab import models
+from experiments import measure
+
+GB = 1e9
+
+
+def _model(name: str, overrides: dict, image_size: int, abstract: bool):
+  build = lambda: models.create(name, num_classes=1000, rngs=nnx.Rngs(0),
+                                image_size=image_size, **overrides)
+  model = nnx.eval_shape(build) if abstract else build()
+  model.train()
+  return model
+
+
+def train_step_program(model, tx):
+  """(step, (params, rest, opt_state)) — step(params, rest, opt_state, images, labels)."""
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def step(params, rest, opt_state, images, labels):
+    def loss_fn(params):
+      m = nnx.merge(graphdef, params, rest, copy=True)
+      logits = m(images)
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+      return loss, nnx.state(m, nnx.Not(nnx.Param))
+
+    (loss, new_rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_rest, opt_state, loss
+
+  opt_state = (jax.eval_shape(tx.init, params)
+               if isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct)
+               else tx.init(params))
+  return step, (params, rest, opt_state)
+
+
+def _optimizer(config):
+  return optax.sgd(config.learning_rate, momentum=0.9)
+
+
+def memory_at(name, overrides, config) -> dict:
+  """XLA accounting of one train step at the paper's batch, compiled from shapes only."""
+  model = _model(name, overrides, config.image_size, abstract=True)
+  step, state = train_step_program(model, _optimizer(config))
+  images = jax.ShapeDtypeStruct((config.paper_batch, config.image_size, config.image_size, 3),
+                                jnp.float32)
+  labels = jax.ShapeDtypeStruct((config.paper_batch,), jnp.int32)
+  compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(*state, images, labels).compile()
+  mem = compiled.memory_analysis()
+  cost = compiled.cost_analysis()
+  cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
+  acct = {"temp_bytes": int(mem.temp_size_in_bytes), "arg_bytes": int(mem.argument_size_in_bytes),
+          "out_bytes": int(mem.output_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
+          "xla_flops": float(cost.get("flops", float("nan")))}
+  acct["peak_bytes"] = (acct["temp_bytes"] + acct["arg_bytes"] + acct["out_bytes"]
+                        - acct["alias_bytes"])
+  return acct
+
+
+def timed_program(name, overrides, config):
+  """(compiled step, concrete args) at `time_batch`; the step donates nothing, so one set of
+  arguments serves every timed call (the update is still computed and written out)."""
+  model = _model(name, overrides, config.image_size, abstract=False)
+  step, state = train_step_program(model, _optimizer(config))
+  key = jax.random.key(1)
+  images = jax.random.normal(key, (config.time_batch, config.image_size, config.image_size, 3))
+  labels = jax.random.randint(key, (config.time_batch,), 0, 1000)
+  args = (*state, images, labels)
+  return jax.jit(step).lower(*args).compile(), args
+
+
+def run(config) -> dict:
+  rows, memory_cache, program_cache = [], {}, {}
+  for comparison in config.comparisons:
+    comparison = dict(comparison)
+    nets = [dict(n) for n in comparison["nets"]]
+    programs = {}
+    for net in nets:
+      overrides = dict(net.get("overrides", {}))
+      key = (net["model"], tuple(sorted(overrides.items())))
+      if key not in memory_cache:  # a baseline shared by two comparisons compiles once
+        memory_cache[key] = memory_at(net["model"], overrides, config)
+        program_cache[key] = timed_program(net["model"], overrides, config)
+      net["memory"] = memory_cache[key]
+      print(f"{net['label']}: peak {net['memory']['peak_bytes'] / GB:.2f} GB at batch "
+            f"{config.paper_batch}", flush=True)
+      programs[net["label"]] = program_cache[key]
+    times = measure.time_side_by_side(programs, config.repeats, config.min_sample_s)
+    base = next(n for n in nets if n["label"] == comparison["baseline"])
+    for net in nets:
+      t = times[net["label"]]
+      net.update(time_s=t["time_s"], time_samples=t["samples"],
+                 params=sum(x.size for x in jax.tree.leaves(
+                     nnx.state(_model(net["model"], dict(net.get("overrides", {})),
+                                      config.image_size, True), nnx.Param))))
+    for net in nets:
+      net["memory_ratio"] = net["memory"]["peak_bytes"] / base["memory"]["peak_bytes"]
+      net["time_ratio"] = net["time_s"] / times[comparison["baseline"]]["time_s"]
+      paper = net.get("paper") or {}
+      bpaper = base.get("paper") or {}
+      net["paper_memory_ratio"] = (paper["memory_gb"] / bpaper["memory_gb"]
+                                   if paper.get("memory_gb") and bpaper.get("memory_gb") else None)
+      net["paper_time_ratio"] = (paper["time_s"] / bpaper["time_s"]
+                                 if paper.get("time_s") and bpaper.get("time_s")
+                                 else paper.get("time_ratio"))
+      rows.append(dict(comparison=comparison["title"], baseline=comparison["baseline"], **net))
+      print({k: v for k, v in net.items() if k != "time_samples"}, flush=True)
+    _write_partial(config, {"rows": rows, "goal": _goal(config, rows)})
+  return {"rows": rows, "goal": _goal(config, rows)}
+
+
+def _write_partial(config, result):
+  """Writes the comparisons measured so far (a long run keeps what it has if stopped)."""
+  out_dir = pathlib.Path(config.get("out_dir", "") or measure.RESULTS)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  result = {**result, "machine": measure.machine(), "partial": True}
+  (out_dir / f"{config.table}.json").write_text(json.dumps(result, indent=1, default=str))
+  (out_dir / f"{config.table}.md").write_text(
+      markdown(config, result, measure.machine_line(result["machine"])))
+
+
+def _goal(config, rows) -> dict:
+  sanet = next((r for r in rows if r["label"] == "SANet"), None)
+  if sanet is None:
+    return {}
+  return {"what": f"SANet train step ≤ {config.goal_max_ratio}× MobileNetV2's",
+          "ratio": sanet["time_ratio"], "met": sanet["time_ratio"] <= config.goal_max_ratio}
+
+
+def _fmt(v, f, suffix=""):
+  return "—" if v is None else format(v, f) + suffix
+
+
+def markdown(config, result, machine_line: str) -> str:
+  lines = [
+      f"# {config.title}", "",
+      f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
+      f"--config=configs/efficiency/{config.table}.py`.", "",
+      "One training step: forward, softmax cross-entropy, backward, SGD momentum update, "
+      "float32. **Memory**: XLA `memory_analysis()` of the step compiled (not run) for "
+      f"{config.paper_batch}×{config.image_size}²×3, peak = temporaries + arguments + outputs − "
+      "donated (aliased) bytes. **Time**: the step compiled for "
+      f"{config.time_batch}×{config.image_size}²×3 and timed side by side with the other nets "
+      f"of its comparison (median of {config.repeats} interleaved samples after warm-up). "
+      "Ratios against the comparison's baseline. Paper columns: SAO Table 5 (memory and time "
+      "of 100 iterations at 128×224²×3, GPU); AA Table 2 Δ_Train (V100, batch 128) for "
+      "AA (υ = 0.25).", "",
+      "| comparison | network | params | XLA peak GB (batch "
+      f"{config.paper_batch}) | temp GB | paper GB | memory ratio | paper memory ratio | "
+      f"step ms (batch {config.time_batch}) | time ratio | paper time ratio |",
+      "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for r in result["rows"]:
+    p = r.get("paper") or {}
+    lines.append(
+        f"| {r['comparison']} | {r['label']} | {r['params'] / 1e6:.2f}M | "
+        f"{r['memory']['peak_bytes'] / GB:.2f} | {r['memory']['temp_bytes'] / GB:.2f} | "
+        f"{_fmt(p.get('memory_gb'), '.1f')} | {r['memory_ratio']:.3f}× | "
+        f"{_fmt(r['paper_memory_ratio'], '.3f', '×')} | {1e3 * r['time_s']:.0f} | "
+        f"{r['time_ratio']:.3f}× | {_fmt(r['paper_time_ratio'], '.3f', '×')} |")
+  goal = result.get("goal") or {}
+  if goal:
+    lines += ["", f"Performance goal: {goal['what']}: measured {goal['ratio']:.3f}× — "
+              f"{'met' if goal['met'] else 'NOT met'}."]
+  if config.get("notes"):
+    lines += ["", "## Notes", "", config.notes]
+  return "\n".join(lines) + "\n"
