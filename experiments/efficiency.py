@@ -52,7 +52,7 @@ from experiments.efficiency_modules import build_module, module_program, ham_flo
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Efficiency table config.")
+_CONFIG = None  # the --config flag, defined when run (tests import this module beside others)
 
 RESULTS = measure_lib.RESULTS
 MB = measure_lib.MB
@@ -431,4 +431,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "Efficiency table config.")
   app.run(main)
