@@ -111,8 +111,8 @@ def main(argv):
   path.write_text(json.dumps({"machine": machine, "runs": runs, "counts": counts}, indent=1))
 
   lines = ["# Default detector on digit scenes, and RetinaNet-50 counts (AA Table 5)", "",
-           f"Machine: {machine}. The machine was shared with other jobs; the 1-minute load "
-           "average before / after each run is given (2 cores: a load of 2 is a quiet "
+           f"Machine: {machine}. The 1-minute load average before / after "
+           "each run is given (2 cores: a load of 2 is a quiet "
            "machine).", "",
            "`python -m attention_lab.main --config=configs/detection/default.py "
            "--config.model.backbone=<backbone>` (wall time end to end: start, data, "
