@@ -23,6 +23,7 @@ import time
 from absl import app, flags
 
 from attention_lab.models.segmentation import SEGMENTER_HEADS
+from configs.segmentation import default
 
 _ROOT = flags.DEFINE_string("workdir_root", "/tmp/default_segmentation", "Parent of the workdirs.")
 _HEADS = flags.DEFINE_list("heads", list(SEGMENTER_HEADS), "Heads to run.")
@@ -50,7 +51,7 @@ def main(argv):
       rows.append(f"| {head} | failed (exit {result.returncode}) | | | | {seconds:.0f} | |")
       continue
     final = dict(re.findall(r"([\w/]+)=([\d.]+)", result.stdout.split("Final:")[-1]))
-    steps = _STEPS.value or "config"
+    steps = _STEPS.value or default.get_config().num_train_steps
     rows.append(f"| {head} | {float(final['eval_miou']):.4f} | "
                 f"{float(final['eval_pixel_accuracy']):.4f} | "
                 f"{float(final['eval_mean_class_accuracy']):.4f} | {steps} | {seconds:.0f} | "
@@ -58,8 +59,8 @@ def main(argv):
     print(rows[-1], flush=True)
     header = (f"# Default segmentation experiment (digit scenes, segmenter) per head\n\n"
               f"Machine: {platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} CPU cores, SHARED with other jobs while measured (load "
-              f"averages in the table; a quiet 2-core machine has load ≤ 2). Command: "
+              f"{os.cpu_count()} CPU cores; the 1-minute load average before and after each "
+              f"run is in the table (a quiet 2-core machine has load ≤ 2). Command: "
               f"`flock /tmp/bench.lock python -m experiments.default_segmentation"
               f"{' --num_train_steps=' + str(_STEPS.value) if _STEPS.value else ''}`.\n\n")
     out.write_text(header + "\n".join(rows) + "\n")
