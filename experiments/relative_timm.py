@@ -18,76 +18,17 @@ import pathlib
 import re
 import sys
 import time
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
 from absl import app, flags
 from flax import nnx
-from jax import lax
 from ml_collections import config_flags
 
-from attention_lab import layers, models, ops
-from attention_lab.ops import _checks
-from attention_lab.ops.attention import default_scale
+from attention_lab import layers, models
 from experiments import measure
 
 GIB = 2**30
-
-
-# ----------------------------------------------------------------------------------------------
-# The library operator as of the commit before issue 17 (kept to time before / after in one run).
-
-
-def _row_block_logits_before(q_rows, rel_h_window, rel_w, num_rows, acc):
-  num_cols = q_rows.shape[2]
-  lw = jnp.einsum("bxyhd,md->bhxym", q_rows, rel_w, preferred_element_type=acc)
-  lw = ops.rel_to_abs(lw, num_cols)
-  lh = jnp.einsum("bxyhd,md->bhyxm", q_rows, rel_h_window, preferred_element_type=acc)
-  lh = ops.rel_to_abs(lh, num_rows)
-  return jnp.swapaxes(lh, 2, 3), lw
-
-
-def relative_attention_2d_before(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size=None):
-  """`ops.relative_attention_2d` before issue 17: heads behind, autodiff'd softmax, chunks
-  under jax.checkpoint, default unchunked (same values)."""
-  scale = default_scale(q, scale)
-  b, x, y, h, _ = q.shape
-  acc = _checks.compute_dtype(q, k, v, rel_h, rel_w)
-  k_flat = k.reshape(b, x * y, h, -1)
-  v_flat = v.reshape(b, x * y, h, -1)
-
-  def attend(q_rows, rel_h_window):
-    rows = q_rows.shape[1]
-    content = jnp.einsum("bxyhd,bkhd->bhxyk", q_rows, k_flat, preferred_element_type=acc)
-    lh, lw = _row_block_logits_before(q_rows, rel_h_window, rel_w, x, acc)
-    logits = content.reshape(b, h, rows, y, x, y) + lh[..., None] + lw[..., None, :]
-    weights = jax.nn.softmax(scale * logits.reshape(b, h, rows, y, x * y), axis=-1)
-    out = jnp.einsum("bhxyk,bkhe->bxyhe", weights.astype(v.dtype), v_flat,
-                     preferred_element_type=acc)
-    return out.astype(v.dtype)
-
-  if query_chunk_size == "auto":  # called through a layer whose default is now "auto"
-    query_chunk_size = None
-  rows = x if query_chunk_size is None else max(1, min(x, query_chunk_size // y))
-  if rows == x:
-    return attend(q, rel_h)
-  num = -(-x // rows)
-  pad = num * rows - x
-  q_blocks = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0), (0, 0)))
-  q_blocks = jnp.moveaxis(q_blocks.reshape(b, num, rows, *q.shape[2:]), 1, 0)
-  rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
-  starts = x - rows + pad - rows * jnp.arange(num)
-
-  @jax.checkpoint
-  def block(args):
-    q_rows, start = args
-    window = lax.dynamic_slice_in_dim(rel_h_padded, start, rows + x - 1, axis=0)
-    return attend(q_rows, window)
-
-  out = lax.map(block, (q_blocks, starts))
-  out = jnp.moveaxis(out, 0, 1).reshape(b, num * rows, *out.shape[3:])
-  return out[:, :x]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,25 +111,19 @@ def hlo_counts(text: str, row_logits: int) -> dict:
   return {"kernels": kernels, "logits_passes": big}
 
 
-def our_program(config, side, mode, which):
+def our_program(config, side, mode):
   chunk = "auto"
-  patch = None
-  if which == "before":
-    chunk = config.before_chunk.get(str(side))
-    patch = relative_attention_2d_before
   model = layers.GlobalAttention(config.channels, "relative", num_heads=config.heads,
                                  project="qkv", use_bias=False, spatial_shape=(side, side),
                                  query_chunk_size=chunk, rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(1), (config.batch, side, side, config.channels))
-  ctx = mock.patch.object(ops, "relative_attention_2d", patch) if patch else mock.MagicMock()
-  with ctx:
-    if mode == "forward":
-      fn, state = measure.inference_fn(model)
-      args = (state, x)
-    else:
-      fn, params, rest = measure.training_fn(model)
-      args = (params, rest, x, jnp.ones_like(x))
-    compiled, acct = measure.compile_fn(fn, *args)
+  if mode == "forward":
+    fn, state = measure.inference_fn(model)
+    args = (state, x)
+  else:
+    fn, params, rest = measure.training_fn(model)
+    args = (params, rest, x, jnp.ones_like(x))
+  compiled, acct = measure.compile_fn(fn, *args)
   row_logits = config.batch * config.heads * side * side * side
   acct.update(hlo_counts(compiled.as_text(), row_logits), chunk=chunk)
   return compiled, args, acct
@@ -200,10 +135,9 @@ def measure_side(config, side, timm_cls) -> dict:
     programs, accts = {}, {}
     if timm_cls is not None and side <= config.timm_max_side:
       programs["timm"] = timm_program(timm_cls, config, side, mode)
-    for which in ("before", "after"):
-      compiled, args, accts[which] = our_program(config, side, mode, which)
-      programs[which] = (compiled, args)
-      print(side, mode, which, accts[which], flush=True)
+    compiled, args, accts["after"] = our_program(config, side, mode)
+    programs["after"] = (compiled, args)
+    print(side, mode, accts["after"], flush=True)
     big = side >= 56  # seconds per call: one call per sample, no calibration runs
     repeats = (config.huge_repeats if side >= 112 else config.big_repeats) if big else \
         config.repeats
@@ -213,8 +147,6 @@ def measure_side(config, side, timm_cls) -> dict:
       row[name] = {"time_s": t["time_s"], "min_s": min(t["samples"]), "samples": t["samples"]}
     if "timm" in times:
       row["after_speedup_vs_timm"] = times["timm"]["time_s"] / times["after"]["time_s"]
-      row["before_speedup_vs_timm"] = times["timm"]["time_s"] / times["before"]["time_s"]
-    row["after_speedup_vs_before"] = times["before"]["time_s"] / times["after"]["time_s"]
     print(side, mode, {k: v for k, v in row.items() if k != "accounting"}, flush=True)
     result[mode] = row
   return result
@@ -226,13 +158,10 @@ def measure_resnets(config) -> dict:
   programs, accts = {}, {}
   x = jax.random.normal(jax.random.key(0), (batch, size, size, 3))
   g = jnp.ones((batch, 1000), jnp.float32)
-  for key, name, patch in (("resnet50", "resnet50", None), ("aa_resnet50", "aa_resnet50", None),
-                           ("aa_resnet50_before", "aa_resnet50", relative_attention_2d_before)):
-    model = models.create(name, num_classes=1000, rngs=nnx.Rngs(0), image_size=size)
-    ctx = mock.patch.object(ops, "relative_attention_2d", patch) if patch else mock.MagicMock()
-    with ctx:
-      fn, params, rest = measure.training_fn(model)
-      compiled, accts[key] = measure.compile_fn(fn, params, rest, x, g)
+  for key in ("resnet50", "aa_resnet50"):
+    model = models.create(key, num_classes=1000, rngs=nnx.Rngs(0), image_size=size)
+    fn, params, rest = measure.training_fn(model)
+    compiled, accts[key] = measure.compile_fn(fn, params, rest, x, g)
     programs[key] = (compiled, (params, rest, x, g))
     print(key, accts[key], flush=True)
   times = measure.time_side_by_side(programs, config.resnet_repeats, config.min_sample_s)
@@ -240,7 +169,6 @@ def measure_resnets(config) -> dict:
              "temp_bytes": accts[k]["temp_bytes"], "xla_flops": accts[k]["xla_flops"]}
          for k, t in times.items()}
   out["ratio"] = out["aa_resnet50"]["time_s"] / out["resnet50"]["time_s"]
-  out["ratio_before"] = out["aa_resnet50_before"]["time_s"] / out["resnet50"]["time_s"]
   out["batch"], out["size"] = batch, size
   print("resnets", out, flush=True)
   return out
@@ -264,9 +192,11 @@ def markdown(config, result) -> str:
       "--config=configs/efficiency/relative_timm.py`. " + result.get("note", ""), "",
       f"Case: 1×1 qkv projection + 2D relative self-attention, batch {config.batch}, "
       f"{config.channels} channels, {config.heads} heads × {config.head_dim}. Ours: "
-      "`GlobalAttention(relative, project='qkv', use_bias=False)`; *before* = the operator "
-      "of the previous commit (unchunked, its default; chunk 448 at 112²), *after* = the "
-      "library default (`query_chunk_size='auto'`). Times: median (min) of interleaved "
+      "`GlobalAttention(relative, project='qkv', use_bias=False)` with the library default "
+      "(`query_chunk_size='auto'`), *after*; *before* = the operator before issue 17 "
+      "(unchunked, its default; chunk 448 at 112²; in git history, "
+      "`experiments/relative_timm.py` at commit 1ab22cf), in the rows measured while it was "
+      "kept. Times: median (min) of interleaved "
       "samples after warm-up, all programs of a row in the same rounds. Speed-up = timm / "
       "ours (> 1: ours faster).", "",
       "| grid | pass | timm ms | before ms | after ms | after vs timm | before vs timm | "
@@ -276,18 +206,19 @@ def markdown(config, result) -> str:
   for side in sorted(result["sides"], key=int):
     for mode in config.modes:
       row = result["sides"][side][mode]
-      a, b = row["accounting"]["after"], row["accounting"]["before"]
+      a = row["accounting"]["after"]
+      b = row["accounting"].get("before")
       timm = (f"{_ms(row['timm']['time_s'])} ({_ms(row['timm']['min_s'])})" if "timm" in row
               else "not run" if result.get("timm") else "not installed")
-      fmt = lambda k: f"{_ms(row[k]['time_s'])} ({_ms(row[k]['min_s'])})"
+      fmt = lambda k: f"{_ms(row[k]['time_s'])} ({_ms(row[k]['min_s'])})" if k in row else "—"
+      pair = lambda k, f: f"{f(b[k])} → {f(a[k])}" if b else f(a[k])
       sp = lambda k: f"{row[k]:.2f}×" if k in row else "—"
       lines.append(
           f"| {side}² | {mode} | {timm} | {fmt('before')} | {fmt('after')} | "
           f"{sp('after_speedup_vs_timm')} | {sp('before_speedup_vs_timm')} | "
-          f"{sp('after_speedup_vs_before')} | {b['temp_bytes'] / 2**20:.1f} → "
-          f"{a['temp_bytes'] / 2**20:.1f} | {b['kernels']} → {a['kernels']} | "
-          f"{b['logits_passes']} → {a['logits_passes']} | {b['xla_bytes_accessed'] / 1e6:.0f} → "
-          f"{a['xla_bytes_accessed'] / 1e6:.0f} |")
+          f"{sp('after_speedup_vs_before')} | {pair('temp_bytes', lambda v: f'{v / 2**20:.1f}')} | "
+          f"{pair('kernels', str)} | {pair('logits_passes', str)} | "
+          f"{pair('xla_bytes_accessed', lambda v: f'{v / 1e6:.0f}')} |")
   lines += ["", "Kernels: XLA kernels (fusions, dots, copies, ...) of the compiled program, "
             "entry and loop bodies (a loop body counted once); logits passes: those that "
             "write an array of at least one query row's logits (B·H·Y·XY elements). XLA "
@@ -305,6 +236,8 @@ def markdown(config, result) -> str:
               "| model | ms | temp MiB | XLA GFLOP | / ResNet-50 |", "|---|---|---|---|---|"]
     for key, label in (("resnet50", "ResNet-50"), ("aa_resnet50", "AA-ResNet-50 (after)"),
                        ("aa_resnet50_before", "AA-ResNet-50 (before)")):
+      if key not in rn:
+        continue
       r = rn[key]
       lines.append(f"| {label} | {_ms(r['time_s'])} ({_ms(r['min_s'])}) | "
                    f"{r['temp_bytes'] / 2**20:.0f} | {r['xla_flops'] / 1e9:.1f} | "
@@ -325,6 +258,7 @@ def run(config) -> dict:
   for side in config.sides:
     result["sides"][str(side)] = measure_side(config, side, timm_cls)
     if config.out_dir:  # keep what is measured if a later size fails
+      pathlib.Path(config.out_dir).mkdir(parents=True, exist_ok=True)
       pathlib.Path(config.out_dir, f"relative_timm_{side}.json").write_text(
           json.dumps(result["sides"][str(side)], default=str))
   goals = {}

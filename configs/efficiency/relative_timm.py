@@ -5,21 +5,22 @@
 Case (the issue's): forward + backward, and forward alone, of the 1×1 qkv
 projection plus relative attention, batch 2, 256 channels, 8 heads × 32, grids
 14², 28², 56², 112². Ours is `layers.GlobalAttention(256, "relative",
-project="qkv", use_bias=False)`: "after" with the library default
-(`query_chunk_size="auto"`), "before" with the operator of the previous commit
-(`experiments.relative_timm.relative_attention_2d_before`, unchunked as its
-default was; chunk 448 at 112², where unchunked needs 18.8 GiB). timm's
-`BottleneckAttn(256, feat_size, num_heads=8, dim_head=32)` runs beside them
-when torch and timm are installed (optional; never required); it is skipped
-above `timm_max_side` (at 112² its float32 (HW)² attention and relative logits
-alone are 2 × 10 GB per pass). Plus XLA temporaries and kernel / byte counts
-for ours, and `aa_resnet` (AA-ResNet-50 vs ResNet-50 forward + backward at 224²,
-batch `resnet_batch`; the AA model also with the "before" operator).
+project="qkv", use_bias=False)` with the library default
+(`query_chunk_size="auto"`). timm's `BottleneckAttn(256, feat_size,
+num_heads=8, dim_head=32)` runs beside it when torch and timm are installed
+(optional; never required); it is skipped above `timm_max_side` (at 112² its
+float32 (HW)² attention and relative logits alone are 2 × 10 GB per pass).
+Plus XLA temporaries and kernel / byte counts for ours, and `aa_resnet`
+(AA-ResNet-50 vs ResNet-50 forward + backward at 224², batch `resnet_batch`).
+The operator before issue 17 was timed beside these until its numbers were in
+experiments/results/relative_timm.{md,json} (the "before" columns); it is in
+git history (experiments/relative_timm.py at 1ab22cf).
 
 Goals (issue 17): after ≤ timm in time at every size where timm runs (forward
 + backward and forward alone); after's temporaries at 56² ≤ 0.5 GiB; AA-ResNet-50
 ≤ 1.15× ResNet-50. Writes experiments/results/relative_timm.{md,json}.
-Hardware/runtime: ~20-30 min on a 2-core CPU (112² dominates; `sides` to narrow).
+Hardware/runtime: 3 min on a quiet 2-core CPU for 14²-56² and the ResNets; 112² adds
+minutes per sample (`sides` to narrow).
 `:tiny` runs in a minute (small grids, no ResNets).
 """
 
@@ -35,7 +36,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sides = (14, 28, 56, 112)
   config.modes = ("train", "forward")
   config.timm_max_side = 56
-  config.before_chunk = {"112": 448}  # "before" chunk by side (None where absent)
   config.repeats = 7
   config.big_repeats = 3  # sides ≥ 56
   config.huge_repeats = 2  # sides ≥ 112

@@ -1,22 +1,6 @@
-"""The issue-17 benchmark's pieces: the kept "before" operator and the HLO kernel counts."""
+"""The issue-17 benchmark's pieces: the HLO kernel counts, the optional timm loader."""
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
-
-from attention_lab import ops
 from experiments import relative_timm
-
-
-@pytest.mark.parametrize("chunk", [None, 10])
-def test_before_operator_matches_the_library(chunk):
-  keys = jax.random.split(jax.random.key(0), 5)
-  q, k, v = (jax.random.normal(kk, (1, 5, 4, 2, 3)) for kk in keys[:3])
-  rh, rw = jax.random.normal(keys[3], (9, 3)), jax.random.normal(keys[4], (7, 3))
-  np.testing.assert_allclose(
-      relative_timm.relative_attention_2d_before(q, k, v, rh, rw, query_chunk_size=chunk),
-      ops.relative_attention_2d(q, k, v, rh, rw), rtol=1e-5, atol=1e-6)
 
 
 def test_hlo_counts_entry_and_loop_bodies_only():
