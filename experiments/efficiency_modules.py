@@ -87,10 +87,16 @@ def unrolled_loops():
   """Traces `lax.fori_loop` with static bounds as straight-line code.
 
   XLA's cost_analysis counts a while-loop body once whatever its trip count, so
-  FLOPs of programs with solver loops are counted on the unrolled program.
+  FLOPs of programs with solver loops are counted on the unrolled program. JAX's
+  trace caches are cleared on entry and exit: a function jitted before would
+  otherwise give its cached (looped) program inside, and the unrolled one after.
   """
-  with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
-    yield
+  jax.clear_caches()
+  try:
+    with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
+      yield
+  finally:
+    jax.clear_caches()
 
 
 def ham_flops(name, channels, side, config, program: str) -> float:

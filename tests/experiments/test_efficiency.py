@@ -11,7 +11,7 @@ from attention_lab import ops
 from attention_lab.layers import Hamburger
 from configs.efficiency import (aa_table9, ham_table3, isa_tables, kao_table1,
                                 performance_goals, sao_table2)
-from experiments import bench_ops, efficiency, efficiency_modules
+from experiments import bench_ops, efficiency, efficiency_modules, measure
 
 
 @pytest.mark.parametrize("op", sorted(efficiency.OPERATORS))
@@ -120,6 +120,19 @@ def test_ham_flops_count_every_solver_step():
     config.ham_steps = steps
     counts.append(efficiency_modules.ham_flops("ham_nmf", 8, 4, config, "infer"))
   assert counts[2] - counts[1] == pytest.approx(counts[1] - counts[0]) and counts[1] > counts[0]
+
+
+def test_unrolled_loops_ignores_and_leaves_no_cached_trace():
+  def f(x):
+    return jax.lax.fori_loop(0, 5, lambda _, y: y @ y, x)
+
+  x = jnp.ones((16, 16))
+  matmul = 2 * 16**3
+  looped = measure.compile_fn(f, x)[1]["xla_flops"]  # traced first: in the jit cache
+  with efficiency_modules.unrolled_loops():
+    unrolled = measure.compile_fn(f, x)[1]["xla_flops"]
+  assert looped < 2 * matmul and unrolled == 5 * matmul
+  assert measure.compile_fn(f, x)[1]["xla_flops"] == looped
 
 
 def test_double_attention_counts():
