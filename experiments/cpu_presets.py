@@ -39,7 +39,10 @@ PRESETS = (
     "configs/aa/mnasnet_imagenet.py:cpu",
     "configs/aa/mnasnet_imagenet.py:mnasnet_a1,cpu",
 )
-_PRESETS = flags.DEFINE_list("presets", list(PRESETS), "Config presets to train.")
+_PRESETS = flags.DEFINE_string(
+    "presets", ",".join(PRESETS),
+    "Comma-separated config presets to train (a preset's own commas, as in "
+    "'configs/aa/resnet_imagenet.py:resnet50,cpu', stay with it).")
 _ROOT = flags.DEFINE_string("workdir_root", "/tmp/cpu_presets", "Parent of the workdirs.")
 _NOTE = flags.DEFINE_string("note", "", "A line about the machine's load, written with the table.")
 
@@ -97,7 +100,7 @@ def main(argv):
   store = RESULTS / "cpu_presets.json"
   saved = json.loads(store.read_text()) if store.exists() else {"rows": [], "note": ""}
   by_preset = {r["preset"]: r for r in saved["rows"]}
-  for preset in _PRESETS.value:
+  for preset in re.split(r",(?=configs/)", _PRESETS.value):
     row = train(preset, _ROOT.value)
     by_preset[preset] = row
     print(row, flush=True)

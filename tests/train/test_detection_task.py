@@ -8,6 +8,7 @@ import pytest
 
 from attention_lab.ops import boxes as box_ops
 from attention_lab.train import tasks
+from attention_lab.train.tasks import base
 from attention_lab.train.trainer import make_mesh
 from configs.detection import default
 
@@ -96,3 +97,9 @@ def test_init_from_a_classification_checkpoint(task, tmp_path):
       np.testing.assert_allclose(leaf, flat_old[path] + 1)
     else:
       np.testing.assert_array_equal(leaf, flat_old[path])  # FPN and heads untouched
+
+
+def test_batch_spec_without_data_is_the_first_batch(task):
+  """`attention_lab.aot` compiles from batch_spec() where COCO is not prepared."""
+  spec = base.Task.batch_spec(task)  # read from the data
+  assert task.batch_spec() == spec

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from attention_lab.train import tasks
+from attention_lab.train.tasks import base
 from attention_lab.train.tasks import gan
 from attention_lab.train.trainer import Trainer, make_mesh
 from configs.gan import default
@@ -156,3 +157,11 @@ def test_tiny_default_through_main(tmp_path):
   assert (workdir / "fid_history.png").exists()
   assert list((workdir / "images").glob("samples_*.png"))
   assert list((tmp_path / "tfds" / "gan_statistics").glob("digits_train_32px_64_digits-*.npz"))
+
+
+@pytest.mark.parametrize("d_steps", [1, 2])
+def test_batch_spec_without_data_is_the_first_batch(tmp_path, d_steps):
+  """`attention_lab.aot` compiles from batch_spec() where ImageNet / CelebA are not prepared."""
+  config = tiny(tmp_path, d_steps=d_steps)
+  task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path), 4))
+  assert task.batch_spec() == base.Task.batch_spec(task)

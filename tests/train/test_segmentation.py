@@ -101,3 +101,9 @@ def test_loss_ignores_label_255_and_overlay():
   assert out.dtype == np.uint8 and out.shape == (1, 2, 2, 3)
   assert (out[0, 0, 0] == 100).all() and (out[0, 1, 0] == 100).all()
   assert not (out[0, 0, 1] == 100).all()
+
+
+def test_batch_spec_without_data_is_the_first_batch(tmp_path):
+  """`attention_lab.aot` compiles from batch_spec() where VOC / ADE20K are not prepared."""
+  task = _task(tmp_path)
+  assert task.batch_spec() == base.Task.batch_spec(task)

@@ -123,6 +123,13 @@ class Detection(base.Task):
     return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
                                start_step=start_step)
 
+  def batch_spec(self):
+    b, s, m = self.config.batch_size, self.config.dataset.image_size, self.config.dataset.max_boxes
+    return {"image": jax.ShapeDtypeStruct((b, s, s, 3), jnp.float32),
+            "boxes": jax.ShapeDtypeStruct((b, m, 4), jnp.float32),
+            "labels": jax.ShapeDtypeStruct((b, m), jnp.int32),
+            "box_mask": jax.ShapeDtypeStruct((b, m), jnp.bool_)}
+
   # Inference and evaluation.
   def detect(self, state, images):
     """images (B, S, S, C) → boxes (B, D, 4) yxyx input pixels, scores, classes, valid."""

@@ -213,6 +213,11 @@ class GAN(base.Task):
     return gan_data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
                                    d_steps=self.d_steps, start_step=start_step)
 
+  def batch_spec(self):
+    b, d, s = self.config.batch_size, self.d_steps, self.config.dataset.image_size
+    return {"image": jax.ShapeDtypeStruct((b, d, s, s, 3), jnp.float32),
+            "label": jax.ShapeDtypeStruct((b, d), jnp.int32)}
+
   def learning_rates(self, step):
     return {"g_learning_rate": float(self.g_schedule(step - 1)),
             "d_learning_rate": float(self.d_schedule(step - 1))}

@@ -182,6 +182,11 @@ class Segmentation(base.Task):
     return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
                                start_step=start_step)
 
+  def batch_spec(self):
+    b, s = self.config.batch_size, self.config.dataset.crop_size
+    return {"image": jax.ShapeDtypeStruct((b, s, s, 3), jnp.float32),
+            "label": jax.ShapeDtypeStruct((b, s, s), jnp.int32)}
+
   # Evaluation.
   def _windows(self, model, x):
     """Logits of the whole canvas, or averaged over sliding windows."""
