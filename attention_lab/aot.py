@@ -67,7 +67,6 @@ def _without_data():
   compiled step depends on feature shapes, not split sizes."""
   from tensorflow_datasets.core import dataset_builder, splits  # pylint: disable=g-import-not-at-top
   original = splits.SplitDict.__getitem__
-  prepare = dataset_builder.DatasetBuilder.download_and_prepare
   missing = []
 
   def getitem(self, key):
@@ -78,13 +77,21 @@ def _without_data():
     missing.append(str(key))
     return types.SimpleNamespace(name=str(key), num_examples=size, num_shards=1)
 
-  splits.SplitDict.__getitem__ = getitem
-  dataset_builder.DatasetBuilder.download_and_prepare = lambda self, *a, **k: None
+  patches = {(splits.SplitDict, "__getitem__"): getitem,
+             (splits.SplitDict, "__contains__"): lambda self, key: not self or key in dict(self),
+             (dataset_builder.DatasetBuilder, "download_and_prepare"): lambda self, *a, **k: None,
+             (dataset_builder.DatasetBuilder, "is_prepared"): lambda self: True}
+  saved = {(cls, name): cls.__dict__.get(name) for cls, name in patches}
+  for (cls, name), fn in patches.items():
+    setattr(cls, name, fn)
   try:
     yield missing
   finally:
-    splits.SplitDict.__getitem__ = original
-    dataset_builder.DatasetBuilder.download_and_prepare = prepare
+    for (cls, name), fn in saved.items():
+      if fn is None:
+        delattr(cls, name)
+      else:
+        setattr(cls, name, fn)
 
 
 def _is_key(x) -> bool:

@@ -78,7 +78,7 @@ def dataset_info(config) -> RestorationInfo:
                        f"{config.dataset[field]!r}")
   rank_in = len(features["input"].shape) - 1
   rank_out = len(features["target"].shape) - 1
-  channels = features["input"].shape[-1]
+  channels = features["input"].shape[-1] or config.dataset.get("channels") or None
   if channels is None:  # CARE: read one example
     example = next(iter(builder.as_dataset(split=config.dataset.train_split).take(1)))
     channels = int(example["input"].shape[-1])

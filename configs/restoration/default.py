@@ -43,6 +43,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.dataset.name = "restoration_photos"
   config.dataset.data_dir = ""  # "": the TFDS default (~/tensorflow_datasets).
   config.dataset.manual_dir = ""
+  config.dataset.channels = 0  # 0: from the data (CARE stores them per file)
   config.dataset.train_split = "train"
   config.dataset.eval_split = "test"
   config.dataset.patch_size = (32, 32)

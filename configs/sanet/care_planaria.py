@@ -53,6 +53,7 @@ def get_config(preset: str | None = None, *, dataset: str = "care/planaria",
   config.dataset.patch_size = (16, 64, 64)
   config.dataset.augment = False  # CARE trains on its patches as they are
   config.dataset.input_percentiles = (1.0, 99.8)
+  config.dataset.channels = 1  # every CARE dataset is one channel
   config.dataset.shuffle_buffer = 4096
   config.model = ml_collections.ConfigDict(dict(
       name="unet3d", attention="siamese", features=32, depth=3, heads=4,

@@ -9,8 +9,9 @@ import pytest
 from flax import nnx
 
 from attention_lab import models
-from attention_lab.train.tasks import restoration
-from attention_lab.train.trainer import Trainer
+from attention_lab.train import tasks
+from attention_lab.train.tasks import base, restoration
+from attention_lab.train.trainer import Trainer, make_mesh
 from configs.restoration import default
 from configs.sanet import care_flywing, care_planaria, care_tribolium
 
@@ -74,3 +75,14 @@ def test_unknown_preset():
     default.get_config("gpu")
   with pytest.raises(ValueError, match="preset"):
     care_planaria.get_config("gpu")
+
+
+@pytest.mark.parametrize("name,preset", [("default", "tiny"), ("flywing", "tiny")])
+def test_batch_spec_without_data_is_the_first_batch(tmp_path, tfds_dir, name, preset):
+  """`attention_lab.aot` compiles from batch_spec() where the CARE data are not unpacked
+  (2D photos; flywing's tiny preset: 3D input, 2D projection target)."""
+  config = CONFIGS[name].get_config(preset)
+  config.dataset.data_dir = tfds_dir
+  task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path),
+                                                config.batch_size))
+  assert task.batch_spec() == base.Task.batch_spec(task)

@@ -126,6 +126,12 @@ class Restoration(base.Task):
     return data.train_iterator(
         self.config, local_batch_size=self.env.local_batch_size, start_step=start_step)
 
+  def batch_spec(self):
+    b, patch, c = self.config.batch_size, tuple(self.config.dataset.patch_size), self.info.channels
+    target = patch[self.info.input_rank - self.info.target_rank:]
+    return {"input": jax.ShapeDtypeStruct((b, *patch, c), jnp.float32),
+            "target": jax.ShapeDtypeStruct((b, *target, c), jnp.float32)}
+
   # Evaluation.
   def predict(self, state, image: np.ndarray) -> np.ndarray:
     """The network's output for one full (*S, C) input, predicted tile by tile."""
