@@ -35,7 +35,9 @@ layout instead (experiments/efficiency_gan.py).
 
 `num_classes`: ≥ 2 makes both class-conditional as in SAGAN on ImageNet — G's
 batch norms take per-class scales and offsets (conditional BN, ones/zeros at
-init) and D adds the projection ⟨embed(y), h⟩ (spectral-normalised embedding)
+init; or, with `class_embedding` = E > 0, BigGAN's form: 1 + W_g·e(y) and W_b·e(y)
+from one (classes, E) embedding shared by all of G's norms, W zero at init, so that
+the class signal is not capped by Adam's per-entry step) and D adds the projection ⟨embed(y), h⟩ (spectral-normalised embedding)
 to its logit; both then need `labels` (B,) ints. 0 or 1: unconditional, plain
 batch norm, no projection, `labels` must be None. D always returns one
 real/fake logit per image, (B,) float32; G returns (B, R, R, 3) float32 in
@@ -125,29 +127,39 @@ def context_module(attention, channels, *, spectral_norm, dtype, rngs):
 
 
 class ClassBatchNorm(nnx.Module):
-  """Batch norm; with num_classes ≥ 2 its scale and offset are looked up per class."""
+  """Batch norm; with num_classes ≥ 2 its scale and offset depend on the class: looked up
+  per class (SAGAN; `cond` = labels (B,)), or, with `embedding` > 0, linear maps (zero at
+  init) of a class embedding shared by every norm of G (BigGAN; `cond` = (B, embedding))."""
 
-  def __init__(self, features, num_classes, *, dtype, rngs):
+  def __init__(self, features, num_classes, *, embedding=0, dtype, rngs):
     self.conditional = num_classes >= 2
     self.norm = nnx.BatchNorm(features, epsilon=1e-5, use_scale=not self.conditional,
                               use_bias=not self.conditional, dtype=dtype, rngs=rngs)
-    if self.conditional:
+    self.embedding = embedding if self.conditional else 0
+    if self.embedding:
+      linear = lambda: nnx.Linear(embedding, features, use_bias=False,  # noqa: E731
+                                  kernel_init=nnx.initializers.zeros, rngs=rngs)
+      self.gain, self.offset = linear(), linear()
+    elif self.conditional:
       self.scale = nnx.Param(jnp.ones((num_classes, features), jnp.float32))
       self.bias = nnx.Param(jnp.zeros((num_classes, features), jnp.float32))
 
-  def __call__(self, x, labels):
+  def __call__(self, x, cond):
     x = self.norm(x)
     if not self.conditional:
       return x
-    scale, bias = (p[...][labels][:, None, None, :] for p in (self.scale, self.bias))
-    return (x * scale + bias).astype(x.dtype)
+    if self.embedding:
+      scale, bias = 1.0 + self.gain(cond), self.offset(cond)
+    else:
+      scale, bias = self.scale[...][cond], self.bias[...][cond]
+    return (x * scale[:, None, None, :] + bias[:, None, None, :]).astype(x.dtype)
 
 
 class UpBlock(nnx.Module):
-  def __init__(self, cin, cout, num_classes, *, spectral_norm, dtype, rngs):
-    self.norm1 = ClassBatchNorm(cin, num_classes, dtype=dtype, rngs=rngs)
+  def __init__(self, cin, cout, num_classes, *, embedding=0, spectral_norm, dtype, rngs):
+    self.norm1 = ClassBatchNorm(cin, num_classes, embedding=embedding, dtype=dtype, rngs=rngs)
     self.conv1 = _conv(cin, cout, 3, spectral_norm, dtype, rngs)
-    self.norm2 = ClassBatchNorm(cout, num_classes, dtype=dtype, rngs=rngs)
+    self.norm2 = ClassBatchNorm(cout, num_classes, embedding=embedding, dtype=dtype, rngs=rngs)
     self.conv2 = _conv(cout, cout, 3, spectral_norm, dtype, rngs)
     self.shortcut = _conv(cin, cout, 1, spectral_norm, dtype, rngs)
 
@@ -184,11 +196,16 @@ class SaganGenerator(nnx.Module):
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, latent_dim: int = 128, spectral_norm: bool = True, dtype=None,
-               context_side: int | None = None, rngs: nnx.Rngs):
+               context_side: int | None = None, class_embedding: int = 0, rngs: nnx.Rngs):
     _check(attention, resolution, width, num_classes, context_side)
     context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     if latent_dim < 1:
       raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+    if class_embedding < 0:
+      raise ValueError(f"class_embedding must be >= 0, got {class_embedding}")
+    embedding = class_embedding if num_classes >= 2 else 0
+    self.class_embed = (nnx.Embed(num_classes, embedding, dtype=dtype, rngs=rngs)
+                        if embedding else None)
     self.num_classes, self.latent_dim, self.width = num_classes, latent_dim, width
     cin = G_START[resolution] * width
     self.linear = maybe_spectral_norm(
@@ -196,8 +213,8 @@ class SaganGenerator(nnx.Module):
         spectral_norm, rngs)
     blocks, side = [], 4
     for mult in G_BLOCKS[resolution]:
-      blocks.append(UpBlock(cin, mult * width, num_classes, spectral_norm=spectral_norm,
-                            dtype=dtype, rngs=rngs))
+      blocks.append(UpBlock(cin, mult * width, num_classes, embedding=embedding,
+                            spectral_norm=spectral_norm, dtype=dtype, rngs=rngs))
       cin, side = mult * width, 2 * side
       if side == context_side:
         self.context_after = len(blocks) - 1
@@ -212,8 +229,9 @@ class SaganGenerator(nnx.Module):
       raise ValueError(f"z must have shape (batch, {self.latent_dim}), got {z.shape}")
     _check_labels(labels, self.num_classes, z.shape[0])
     x = self.linear(z).reshape(z.shape[0], 4, 4, -1)
+    cond = labels if self.class_embed is None else self.class_embed(labels)
     for i, block in enumerate(self.blocks):
-      x = block(x, labels)
+      x = block(x, cond)
       if i == self.context_after and self.context is not None:
         x = self.context(x)
     x = self.out(nnx.relu(self.norm(x)))

@@ -52,6 +52,7 @@ def base() -> ml_collections.ConfigDict:
   config.model.latent_dim = 128
   config.model.spectral_norm = True
   config.model.context_side = 0  # 0: 32 (16 at resolution 32)
+  config.model.class_embedding = 0  # 0: per-class BN table in G (SAGAN); E > 0: BigGAN
   config.model.dtype = "float32"
 
   config.batch_size = 256

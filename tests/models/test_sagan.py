@@ -130,3 +130,34 @@ def test_bad_arguments():
     g(jnp.ones((2, 64)), jnp.zeros((2,), jnp.int32))
   with pytest.raises(ValueError, match=r"x must have shape \(batch, 64, 64, 3\)"):
     d(jnp.ones((2, 32, 32, 3)))
+
+
+def test_shared_class_embedding_conditions_like_biggan():
+  """class_embedding = E: scale 1 + W_g·e(y), offset W_b·e(y) per norm, W zero at init (so G
+  starts class-blind, like the per-class table), one (classes, E) embedding."""
+  kw = dict(num_classes=3, resolution=32, width=1, latent_dim=8, spectral_norm=False)
+  g = _create("sagan_generator", class_embedding=5, **kw)
+  table = _create("sagan_generator", **kw)
+  z = jax.random.normal(jax.random.key(1), (3, 8))
+  labels = jnp.arange(3)
+  np.testing.assert_allclose(g(jnp.repeat(z[:1], 3, 0), labels)[0],
+                             g(jnp.repeat(z[:1], 3, 0), labels)[2], atol=1e-6)
+  norms = [b.norm1 for b in g.blocks] + [b.norm2 for b in g.blocks]
+  features = sum(n.norm.num_features for n in norms)
+  params = lambda m: sum(x.size for x in jax.tree.leaves(nnx.state(m, nnx.Param)))  # noqa: E731
+  assert params(g) - params(table) == 3 * 5 + 2 * 5 * features - 2 * 3 * features
+  # A norm's scale and offset for class y are exactly 1 + W_g e_y and W_b e_y.
+  norm, e = norms[0], g.class_embed.embedding[...]
+  norm.gain.kernel[...] = jax.random.normal(jax.random.key(2), norm.gain.kernel.shape)
+  norm.offset.kernel[...] = jax.random.normal(jax.random.key(3), norm.offset.kernel.shape)
+  x = jax.random.normal(jax.random.key(4), (3, 4, 4, norm.norm.num_features))
+  normalised = norm.norm(x)
+  expected = (normalised * (1 + e @ norm.gain.kernel[...])[:, None, None]
+              + (e @ norm.offset.kernel[...])[:, None, None])
+  np.testing.assert_allclose(norm(x, e[labels]), expected, rtol=1e-5, atol=1e-5)
+  out = g(jnp.repeat(z[:1], 3, 0), labels)
+  assert not np.allclose(out[0], out[2], atol=1e-4)  # now the class matters
+  grads = nnx.grad(lambda m: jnp.sum(m(z, labels) ** 2))(g)
+  assert np.any(grads["class_embed"]["embedding"][...] != 0)
+  with pytest.raises(ValueError, match="class_embedding must be >= 0"):
+    _create("sagan_generator", class_embedding=-1, **kw)

@@ -143,7 +143,8 @@ class GAN(base.Task):
               width=m.width, spectral_norm=m.spectral_norm, dtype=base.DTYPES[m.dtype],
               context_side=m.get("context_side") or None, rngs=rngs)
     if which == "generator":
-      return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim, **kw)
+      return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim,
+                           class_embedding=m.get("class_embedding", 0), **kw)
     return models.create("sagan_discriminator", attention=m.get("d_attention") or m.attention,
                          **kw)
 
