@@ -61,8 +61,10 @@ def main(argv):
           rounded = -(-batch // devices) * devices
           result = _aot(config, topology, out, f"--config.batch_size={rounded}")
           if os.path.exists(out):
-            r = json.load(open(out))
-            json.dump({**r, "config_batch": batch}, open(out, "w"), indent=1)
+            with open(out) as f:
+              r = {**json.load(f), "config_batch": batch}
+            with open(out, "w") as f:
+              json.dump(r, f, indent=1)
         print(result.stdout.strip() or result.stderr.strip()[-500:], flush=True)
   rows = ["| config | topology | devices | global batch (per device) | parameters | "
           "arguments GiB | outputs GiB | temporaries GiB | total GiB / HBM | fits | "
