@@ -38,7 +38,8 @@ batch norms take per-class scales and offsets (conditional BN, ones/zeros at
 init; or, with `class_embedding` = E > 0, BigGAN's form: 1 + W_g·e(y) and W_b·e(y)
 from one (classes, E) embedding shared by all of G's norms, W zero at init, so that
 the class signal is not capped by Adam's per-entry step) and D adds the projection
-⟨embed(y), h⟩ (spectral-normalised embedding) to its logit; both then need `labels` (B,) ints. 0 or 1: unconditional, plain
+⟨embed(y), h⟩ (spectral-normalised embedding) to its logit; both then need `labels`
+(B,) ints. 0 or 1: unconditional, plain
 batch norm, no projection, `labels` must be None. D always returns one
 real/fake logit per image, (B,) float32; G returns (B, R, R, 3) float32 in
 [-1, 1].
