@@ -76,7 +76,9 @@ def run_variant(variant: str, workdir: str, steps: int) -> dict:
   fid, fid0 = summary["eval_fid"], untrained["eval_fid"]
   acc = summary["eval_conditional_accuracy"]
   return dict(variant=variant, steps=config.num_train_steps, batch=config.batch_size,
-              width=config.model.width, conditional_accuracy=acc, fid=fid,
+              width=config.model.width, learning_rates=(config.g_optimizer.learning_rate,
+                                                        config.d_optimizer.learning_rate),
+              conditional_accuracy=acc, fid=fid,
               untrained_fid=fid0, fid_ratio=fid / fid0, inception_score=summary["eval_is"],
               kid=summary["eval_kid"], wall_s=wall, history=history,
               meets_goal=bool(acc >= 0.9 and fid <= fid0 / 10 and wall <= 900))
@@ -88,7 +90,8 @@ def markdown(rows, machine: str, classifier: dict, note: str) -> str:
       f"Measured on {machine}. Command: `python -m experiments.default_gan`. {note}".strip(), "",
       "configs/gan/default.py: G and D at 32×32 (BigGAN 32² layout, width "
       f"{rows[0]['width'] if rows else '?'}), context module at 16², hinge loss, Adam (0, 0.9), "
-      f"TTUR 2e-4 / 4e-4, batch {rows[0]['batch'] if rows else '?'}, no EMA. Scores over 2,000 "
+      f"TTUR {' / '.join(f'{lr:g}' for lr in rows[0]['learning_rates']) if rows else '?'}, "
+      f"batch {rows[0]['batch'] if rows else '?'}, no EMA. Scores over 2,000 "
       "class-balanced samples from a fixed key, in the feature space of the digits classifier "
       "(configs/default.py, "
       f"test top-1 {classifier.get('eval_top1', float('nan')):.3f}); digits-FID lower is better. "

@@ -6,7 +6,8 @@ from flax import nnx
 
 from attention_lab import models
 from attention_lab.layers.self_attention import SelfAttention
-from attention_lab.models.sagan import ATTENTIONS  # registers sagan_generator / _discriminator
+from attention_lab import ops
+from attention_lab.models.sagan import ATTENTIONS, GanHamburger  # registers the SAGAN models
 from experiments import model_stats
 
 
@@ -28,13 +29,15 @@ def test_train_step_at_tiny_width(resolution, g_attention, d_attention, num_clas
   def build_and_step(z, labels):
     g = _create("sagan_generator", attention=g_attention, **kw)
     d = _create("sagan_discriminator", attention=d_attention, **kw)
-    for model in (g, d):  # γ = 0 at init would keep the attention path out of the output
+    for model in (g, d):  # γ = σ = 0 at init would keep the context path out of the output
       if isinstance(model.context, SelfAttention):
         model.context.gamma[...] = jnp.ones(())
+      if isinstance(model.context, GanHamburger):
+        model.context.sigma[...] = jnp.ones(())
 
-    def loss(g, d):
+    def loss(g, d):  # G's hinge loss
       images = g(z, labels)
-      return jnp.mean(jax.nn.relu(1 + d(images, labels))), images
+      return -jnp.mean(d(images, labels)), images
 
     (value, images), grads = nnx.value_and_grad(loss, argnums=(0, 1), has_aux=True)(g, d)
     return value, images, grads
@@ -161,3 +164,27 @@ def test_shared_class_embedding_conditions_like_biggan():
   assert np.any(grads["class_embed"]["embedding"][...] != 0)
   with pytest.raises(ValueError, match="class_embedding must be >= 0"):
     _create("sagan_generator", class_embedding=-1, **kw)
+
+
+def test_gan_hamburger_follows_hamgan():
+  """σ = 0: the identity; σ = 1: x + W_u·NMF(ReLU(W_l x)) with the one-step NMF of ops; the
+  bases are fixed in evaluation; no batch norm in either network (a BN in D lets it tell
+  [real; fake] from fakes alone by batch statistics)."""
+  ham = GanHamburger(8, dim=6, rank=2, steps=3, spectral_norm=False, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (2, 3, 5, 8))
+  np.testing.assert_array_equal(ham(x), x)
+  ham.sigma[...] = jnp.ones(())
+  ham.eval()
+  tokens = jax.nn.relu(x.reshape(2, 15, 8) @ ham.lower.kernel[...])
+  bases, codes = ops.nmf(tokens, ops.random_bases(jax.random.key(0), 2, 6, 2), steps=3)
+  expected = x + (jnp.einsum("bnr,bdr->bnd", codes, bases) @ ham.upper.kernel[...]).reshape(
+      x.shape)
+  np.testing.assert_allclose(ham(x), expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(ham(x), ham(x))
+  for name in ("sagan_generator", "sagan_discriminator"):
+    model = model_stats.build_abstract(name, 0, resolution=32, attention="hamburger", width=2)
+    norms = [m for _, m in nnx.iter_graph(model.context) if isinstance(m, nnx.BatchNorm)]
+    assert isinstance(model.context, GanHamburger) and not norms
+  d = model_stats.build_abstract("sagan_discriminator", 0, resolution=32, attention="hamburger",
+                                 width=2)
+  assert not [m for _, m in nnx.iter_graph(d) if isinstance(m, nnx.BatchNorm)]

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from attention_lab import models
-from attention_lab.layers.hamburger import Hamburger
+from attention_lab.models.sagan import GanHamburger
 from attention_lab.train.trainer import Trainer
 
 CONFIGS = ("configs.gan.default", "configs.isa.cifar10", "configs.isa.celeba64",
@@ -51,9 +51,8 @@ def test_hamgan_has_the_official_ham_sizes():
   g = nnx.eval_shape(lambda: models.create("sagan_generator", rngs=rngs(), **kw))
   d = nnx.eval_shape(lambda: models.create("sagan_discriminator", rngs=rngs(), **kw))
   for model, dim, rank in ((g, 256, 32), (d, 128, 16)):
-    assert isinstance(model.context, Hamburger)
-    assert (model.context.lower.out_features, model.context.rank) == (dim, rank)
-    assert model.context.train_steps == model.context.eval_steps == 6
+    assert isinstance(model.context, GanHamburger)
+    assert (model.context.dim, model.context.rank, model.context.steps) == (dim, rank, 6)
 
 
 def test_unknown_preset():
