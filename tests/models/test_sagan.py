@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_lab import models
+from attention_lab import models, ops
 from attention_lab.layers.self_attention import SelfAttention
-from attention_lab import ops
 from attention_lab.models.sagan import ATTENTIONS, GanHamburger  # registers the SAGAN models
 from experiments import model_stats
 
