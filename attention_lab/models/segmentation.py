@@ -101,12 +101,14 @@ class _Segmenter(nnx.Module):
 class DeepLabV2(_Segmenter):
   """Args: num_classes; depth (101); output_stride (8); head (a key of HEADS); rates of
   ASPP (6, 12, 18, 24); heads and attention_features (4, 512) of the attention
-  heads; stem ("standard") and multi_grid ((1,)) of the backbone; aux_head
-  (False); width; in_channels; dtype."""
+  heads; classifier_kernel (1: the attention heads' classifier is 1×1; 3: 3×3);
+  stem ("standard") and multi_grid ((1,)) of the backbone; aux_head (False);
+  width; in_channels; dtype."""
 
   def __init__(self, *, num_classes: int, depth: int = 101, output_stride: int = 8,
                head: str = "aspp", rates: tuple[int, ...] = (6, 12, 18, 24), heads: int = 4,
-               attention_features: int = 512, stem: str = "standard",
+               attention_features: int = 512, classifier_kernel: int = 1,
+               stem: str = "standard",
                multi_grid: tuple[int, ...] = (1,), aux_head: bool = False, width: float = 1.0,
                in_channels: int = 3, dtype=None, rngs: nnx.Rngs):
     if head not in HEADS:
@@ -126,7 +128,8 @@ class DeepLabV2(_Segmenter):
                                        key_features=features, value_features=features,
                                        dtype=dtype, rngs=rngs)
       self.classifiers = nnx.List([
-          nnx.Conv(c + features, num_classes, (1, 1), dtype=dtype, rngs=rngs)])
+          nnx.Conv(c + features, num_classes, (classifier_kernel,) * 2, dtype=dtype,
+                   rngs=rngs)])
 
   def __call__(self, x, *, with_aux: bool = False):
     f, aux = self._features(x, with_aux)
@@ -172,7 +175,7 @@ class HamNet(_Segmenter):
     return (logits, aux) if with_aux else logits
 
 
-_DEEPLAB_ONLY = ("rates", "heads", "attention_features")
+_DEEPLAB_ONLY = ("rates", "heads", "attention_features", "classifier_kernel")
 _HAMNET_ONLY = ("channels", "ham", "rank", "ham_options", "align_channels", "dropout")
 SEGMENTER_HEADS = tuple(HEADS) + ("hamburger",)
 

@@ -48,6 +48,10 @@ def test_heads_follow_the_papers():
   assert attention.attention.operator == "softmax"
   assert attention.attention.query is not None and attention.attention.key is not None
   assert attention.classifiers[0].in_features == 2048 + 512
+  assert attention.classifiers[0].kernel_size == (1, 1)
+  local = model_stats.build_abstract("deeplab_v2", 21, head="kronecker_kv", classifier_kernel=3,
+                                     **TINY)
+  assert [c.kernel_size for c in local.classifiers] == [(3, 3)]
   ham = model_stats.build_abstract("hamnet", 21, width=1.0, depth=14)
   assert ham.backbone.output_stride == 8 and ham.hamburger.ham == "nmf"
   assert ham.hamburger.lower.in_features == 512 and ham.hamburger.lower.out_features == 512
