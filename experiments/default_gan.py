@@ -15,7 +15,9 @@ The digits classifier (configs/default.py) is trained once into
 <workdir>/digits_classifier and shared by all variants.
 
 Writes experiments/results/default_gan.{md,json,png} (png: FID over training per
-variant) and default_gan_<variant>_samples.png (the last sample grid).
+variant) and default_gan_<variant>_samples.png (the last sample grid). Rows of
+variants not run this time, and the text below the generated part of the .md,
+are kept.
 """
 
 import json
@@ -78,10 +80,18 @@ def run_variant(variant: str, workdir: str, steps: int) -> dict:
   return dict(variant=variant, steps=config.num_train_steps, batch=config.batch_size,
               width=config.model.width, learning_rates=(config.g_optimizer.learning_rate,
                                                         config.d_optimizer.learning_rate),
-              conditional_accuracy=acc, fid=fid,
+              ema_decay=config.ema_decay,
+              ema_start_step=config.ema_start_step, conditional_accuracy=acc, fid=fid,
               untrained_fid=fid0, fid_ratio=fid / fid0, inception_score=summary["eval_is"],
               kid=summary["eval_kid"], wall_s=wall, history=history,
               meets_goal=bool(acc >= 0.9 and fid <= fid0 / 10 and wall <= 900))
+
+
+def _ema(row) -> str:
+  if not row.get("ema_decay"):
+    return "no EMA"
+  return (f"G evaluated with an EMA of its weights (decay {row['ema_decay']:g} from step "
+          f"{row['ema_start_step']})")
 
 
 def markdown(rows, machine: str, classifier: dict, note: str) -> str:
@@ -91,7 +101,8 @@ def markdown(rows, machine: str, classifier: dict, note: str) -> str:
       "configs/gan/default.py: G and D at 32×32 (BigGAN 32² layout, width "
       f"{rows[0]['width'] if rows else '?'}), context module at 16², hinge loss, Adam (0, 0.9), "
       f"TTUR {' / '.join(f'{lr:g}' for lr in rows[0]['learning_rates']) if rows else '?'}, "
-      f"batch {rows[0]['batch'] if rows else '?'}, no EMA. Scores over 2,000 "
+      f"batch {rows[0]['batch'] if rows else '?'}, {_ema(rows[0]) if rows else '?'}. Scores "
+      "over 2,000 "
       "class-balanced samples from a fixed key, in the feature space of the digits classifier "
       "(configs/default.py, "
       f"test top-1 {classifier.get('eval_top1', float('nan')):.3f}); digits-FID lower is better. "
@@ -118,6 +129,10 @@ def main(argv):
   RESULTS.mkdir(parents=True, exist_ok=True)
   json_path = RESULTS / "default_gan.json"
   previous = json.loads(json_path.read_text()) if json_path.exists() else {}
+  md_path = RESULTS / "default_gan.md"
+  # The analysis written below the generated part of an earlier results file is kept.
+  analysis = md_path.read_text().partition("\nFID over training:")[2].partition("\n")[2] \
+      if md_path.exists() else ""
   rows = {r["variant"]: r for r in previous.get("rows", [])}
   start = time.time()
   ev = variant_config("none", workdir, _STEPS.value).eval
@@ -133,7 +148,7 @@ def main(argv):
     json_path.write_text(json.dumps(
         {"rows": ordered, "classifier": classifier, "classifier_s": classifier_s,
          "machine": machine, "note": _NOTE.value}, indent=1))
-    (RESULTS / "default_gan.md").write_text(markdown(ordered, machine, classifier, _NOTE.value))
+    md_path.write_text(markdown(ordered, machine, classifier, _NOTE.value) + analysis)
     gan_task.plot_history({r["variant"]: r["history"] for r in ordered},
                           str(RESULTS / "default_gan.png"))
     print(markdown(ordered, machine, classifier, _NOTE.value), flush=True)
