@@ -23,11 +23,10 @@ steps; Adam did), poly 0.9, 4,000 steps of batch 8 (for the attention head
 weight decay 1e-4 on conv kernels.
 
 Measured (`python -m experiments.default_segmentation`, quiet 2-core CPU, end
-to end): test mIoU ASPP 0.772 (7.7 min), attention 0.696 (8.6 min), KAO_KV
-0.695 (6.6 min), KAO_QKV 0.694 (6.4 min), Hamburger 0.733 (7.7 min). The goal
-of issue 12 (≥ 0.80 for every head in ≤ 10 minutes) is not reached. An oracle
-that pools the true labels into the 16×16 logit grid reaches only 0.797, so the
-output stride is the limit (experiments/results/default_segmentation.md).
+to end): test mIoU ASPP 0.780 (6.7 min), attention 0.779 (7.3 min), KAO_KV
+0.780 (5.8 min), KAO_QKV 0.781 (6.6 min), Hamburger 0.752 (6.6 min). The goal
+of issue 12 (≥ 0.80 for every head in ≤ 10 minutes) is not reached
+(experiments/results/default_segmentation.md).
 
 Presets: `:cpu` (a one-minute run that visibly learns), `:tiny` (a few steps,
 for tests).
