@@ -113,6 +113,8 @@ class DeepLabV2(_Segmenter):
                in_channels: int = 3, dtype=None, rngs: nnx.Rngs):
     if head not in HEADS:
       raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
+    if classifier_kernel not in (1, 3):
+      raise ValueError(f"classifier_kernel must be 1 or 3, got {classifier_kernel!r}")
     self._init_backbone(depth=depth, width=width, output_stride=output_stride,
                         in_channels=in_channels, stem=stem, multi_grid=multi_grid,
                         aux_head=aux_head, num_classes=num_classes, dtype=dtype, rngs=rngs)

@@ -61,6 +61,8 @@ def test_heads_follow_the_papers():
 def test_bad_head_raises():
   with pytest.raises(ValueError, match="head"):
     model_stats.build_abstract("deeplab_v2", 5, head="psp", **TINY)
+  with pytest.raises(ValueError, match="classifier_kernel"):
+    model_stats.build_abstract("deeplab_v2", 5, head="attention", classifier_kernel=2, **TINY)
 
 
 def test_official_recipe_options_deep_stem_multi_grid_aux_head():
