@@ -59,7 +59,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "init": "random", "gradient": "one_step", "train_steps": 6, "eval_steps": 7,
       "without": ()})
   m.align_channels, m.dropout = 256, 0.1
-  for key in ("head", "rates", "heads", "attention_features"):
+  for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
     del m[key]
 
   config.batch_size = 16

@@ -45,6 +45,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   m.depth, m.width, m.output_stride = 101, 1.0, 8
   m.rates = (6, 12, 18, 24)
   m.heads, m.attention_features = 4, 512
+  m.classifier_kernel = 1  # the attention replaces ASPP as the output layer: 1×1 classifier
   m.stem, m.multi_grid = "standard", (1,)
   for key in ("channels", "rank"):
     del m[key]
