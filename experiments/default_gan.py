@@ -28,6 +28,7 @@ import time
 
 from absl import app, flags, logging
 
+from attention_lab.train import upstream
 from attention_lab.train.tasks import gan as gan_task
 from attention_lab.train.trainer import Trainer
 from configs.gan import default
@@ -138,7 +139,7 @@ def main(argv):
   ev = variant_config("none", workdir, _STEPS.value).eval
   gan_task.digits_classifier(ev, workdir)
   classifier_s = time.time() - start
-  classifier = Trainer(gan_task.load_config_file(ev.classifier_config),
+  classifier = Trainer(upstream.load_config_file(ev.classifier_config),
                        ev.classifier_workdir).evaluate()
   for variant in _VARIANTS.value:
     logging.info("Training variant %s", variant)

@@ -52,7 +52,8 @@ def dataset_info(config) -> DatasetInfo:
   size = config.dataset.image_size
   return DatasetInfo(
       num_classes=builder.info.features["label"].num_classes,
-      image_shape=(size, size, builder.info.features["image"].shape[-1]),
+      image_shape=(size, size, config.dataset.get("channels", 0)
+                   or builder.info.features["image"].shape[-1]),
       num_train_examples=builder.info.splits[config.dataset.train_split].num_examples,
       num_eval_examples=builder.info.splits[config.dataset.eval_split].num_examples,
   )
@@ -97,6 +98,8 @@ def preprocess(config, example, *, train: bool, seed=None):
   image = example["image"]
   if name == "digits":
     image = tf.image.resize(image, (size, size)) if size != 32 else tf.cast(image, tf.float32)
+    if config.dataset.get("channels", 0) == 3:  # grey → RGB, e.g. to pretrain an RGB backbone
+      image = tf.image.grayscale_to_rgb(image)
   elif name.startswith("cifar"):
     image = tf.cast(image, tf.float32)
     if train:

@@ -195,20 +195,22 @@ class ResNet(nnx.Module):
   """ResNetBackbone, global average pool, linear classifier; float32 logits.
 
   AA options (used when `augment`): kappa κ, upsilon υ, heads Nh,
-  min_key_dims per head, positional ("relative", "none", "sine", "coordconv").
+  min_key_dims per head, positional ("relative", "none", "sine", "coordconv"). stem as
+  ResNetBackbone's.
   """
 
   def __init__(self, *, num_classes: int, depth: int, width: float = 1.0,
                output_stride: int = 32, in_channels: int = 3, excite: bool = False,
                augment: bool = False, kappa: float = 0.2, upsilon: float = 0.1, heads: int = 8,
                min_key_dims: int = 20, positional: str = "relative",
-               image_size: int | tuple[int, int] = 224, dtype=None, rngs: nnx.Rngs):
+               image_size: int | tuple[int, int] = 224, stem: str = "standard", dtype=None,
+               rngs: nnx.Rngs):
     options = (dict(kappa=kappa, upsilon=upsilon, heads=heads,
                     min_key_dims_per_head=min_key_dims, positional=positional)
                if augment else None)
     self.backbone = ResNetBackbone(depth=depth, width=width, output_stride=output_stride,
                                    in_channels=in_channels, augment=options, excite=excite,
-                                   image_size=image_size, dtype=dtype, rngs=rngs)
+                                   image_size=image_size, stem=stem, dtype=dtype, rngs=rngs)
     self.head = nnx.Linear(self.backbone.out_features, num_classes, dtype=dtype, rngs=rngs)
 
   def __call__(self, x):
@@ -220,6 +222,7 @@ def _register(name: str, **fixed):
       num_classes=num_classes, rngs=rngs, **{**fixed, **kw}))
 
 
+_register("resnet")  # depth from the config (configs/segmentation/digits_backbone.py)
 for _depth in (34, 50, 101, 152):
   _register(f"resnet{_depth}", depth=_depth)
   _register(f"se_resnet{_depth}", depth=_depth, excite=True)

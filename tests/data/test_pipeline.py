@@ -37,6 +37,20 @@ def test_train_stream_is_deterministic_and_resumable(config):
   assert not np.array_equal(batches[0]["label"], batches[1]["label"])
 
 
+def test_digits_as_rgb_at_another_size(config):
+  """dataset.channels = 3: the grey digit replicated to RGB (the resize unchanged)."""
+  rgb = config.copy_and_resolve_references()
+  rgb.dataset.channels, rgb.dataset.image_size = 3, 48
+  grey = config.copy_and_resolve_references()
+  grey.dataset.image_size = 48
+  a = next(pipeline.train_iterator(rgb, local_batch_size=4))["image"]
+  b = next(pipeline.train_iterator(grey, local_batch_size=4))["image"]
+  assert a.shape == (4, 48, 48, 3) and b.shape == (4, 48, 48, 1)
+  np.testing.assert_array_equal(a, np.repeat(b, 3, axis=-1))
+  assert pipeline.dataset_info(rgb).image_shape == (48, 48, 3)
+  assert pipeline.dataset_info(grey).image_shape == (48, 48, 1)
+
+
 def test_eval_batches_cover_the_split_once_with_a_mask(config):
   batches = list(pipeline.eval_batches(config, local_batch_size=64))
   assert all(b["image"].shape == (64, 32, 32, 1) for b in batches)

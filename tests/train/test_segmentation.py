@@ -1,5 +1,6 @@
 """The segmentation task: `:tiny` through attention_lab.main, init_from an orbax classification
-checkpoint, the evaluation's windows / scales / flips, the overlay pictures."""
+checkpoint or a classification config (trained first), the evaluation's windows / scales /
+flips, the overlay pictures."""
 
 import os
 import re
@@ -16,6 +17,7 @@ import pytest
 from attention_lab import models
 from attention_lab.train import tasks
 from attention_lab.train import trainer as trainer_lib
+from attention_lab.train import upstream as upstream_lib
 from attention_lab.train.tasks import base
 from attention_lab.train.tasks import segmentation as seg_task
 from configs.segmentation import default
@@ -72,6 +74,36 @@ def test_init_from_our_classification_checkpoint(tmp_path):
   head = [k for k in ours if k[1] != "backbone" and k[0] == "params"]
   before = backbone_weights.flatten({"params": state["params"]})
   assert all(np.array_equal(ours[k], before[k]) for k in head)
+
+
+def test_init_from_a_classification_config_trains_it_first(tmp_path):
+  """init_from = a config file: that run is trained into <workdir>/pretrained (once; a second
+  start restores it), and its backbone initialises the segmenter's."""
+  task = _task(tmp_path, init_from="configs/segmentation/digits_backbone.py:tiny")
+  loaded = task.from_pretrained(task.init_state())
+  upstream = trainer_lib.Trainer(
+      upstream_lib.load_config_file("configs/segmentation/digits_backbone.py:tiny"),
+      str(tmp_path / "pretrained"))
+  assert int(upstream.state["step"]) == upstream.total_steps == 2
+  from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
+  ours = backbone_weights.flatten({"params": loaded["params"], "rest": loaded["rest"]})
+  theirs = backbone_weights.flatten({"params": upstream.state["params"],
+                                     "rest": upstream.state["rest"]})
+  backbone = [k for k in ours if k[1] == "backbone"]
+  assert len(backbone) > 20
+  for key in backbone:
+    np.testing.assert_array_equal(ours[key], theirs[key])
+  again = task.from_pretrained(task.init_state())  # restored, not trained again
+  assert os.listdir(tmp_path / "pretrained" / "checkpoints") == ["2"]
+  again = backbone_weights.flatten({"params": again["params"], "rest": again["rest"]})
+  for key in backbone:
+    np.testing.assert_array_equal(again[key], ours[key])
+  task.config.init_from = "configs/segmentation/default.py:tiny"
+  with pytest.raises(ValueError, match="init_from .* must be a classification config"):
+    task.from_pretrained(task.init_state())
+  task.config.init_from = "configs/no_such_file.py"
+  with pytest.raises(ValueError, match="init_from 'configs/no_such_file.py': no file"):
+    task.from_pretrained(task.init_state())
 
 
 def test_sliding_windows_scales_and_flips_of_a_pixelwise_model(tmp_path):

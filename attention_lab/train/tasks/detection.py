@@ -28,7 +28,7 @@ from jax.experimental import multihost_utils
 from attention_lab.data import detection as data
 from attention_lab.evaluation import coco
 from attention_lab.ops import boxes as box_ops
-from attention_lab.train import optim
+from attention_lab.train import optim, upstream
 from attention_lab.train.tasks import base
 
 _REPORTED = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar100")
@@ -75,14 +75,15 @@ class Detection(base.Task):
     return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
 
   def from_pretrained(self, state):
-    """`config.init_from`: a torchvision ResNet .pth or our classification checkpoint
-    (workdir / checkpoints dir / step dir); its backbone replaces ours (FPN and heads
-    keep their initialisation)."""
+    """`config.init_from`: a torchvision ResNet .pth, our classification checkpoint
+    (workdir / checkpoints dir / step dir) or a classification config trained first
+    (upstream.weights_path); its backbone replaces ours (FPN and heads keep their
+    initialisation)."""
     path = self.config.get("init_from", "")
     if not path:
       return state
     from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
-    return backbone_weights.load_into(state, path)
+    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
   # Loss.
   def loss_and_metrics(self, cls_logits, box_deltas, batch):

@@ -49,7 +49,6 @@ matrix square root is O(d³) (d = 2048 for Inception).
 """
 
 import hashlib
-import importlib.util
 import json
 import os
 
@@ -67,12 +66,10 @@ import attention_lab.models.sagan  # noqa: F401  (registers the SAGAN models)
 from attention_lab import models
 from attention_lab.data import gan as gan_data
 from attention_lab.evaluation import fid as fid_lib
-from attention_lab.train import optim
+from attention_lab.train import optim, upstream
 from attention_lab.train.tasks import base
 
 FEATURES = ("inception", "digits", "none")
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
 
 
 @flax.struct.dataclass
@@ -391,35 +388,16 @@ def _inception_extractor(ev):
   return key, lambda images: tuple(np.asarray(a) for a in fn(params, images))
 
 
-def load_config_file(spec: str):
-  """`path/to/config.py[:preset]` → its get_config(preset); a relative path is tried from the
-  working directory, then from the repository root."""
-  path, _, preset = spec.partition(":")
-  if not os.path.exists(path) and os.path.exists(os.path.join(_REPO, path)):
-    path = os.path.join(_REPO, path)
-  if not os.path.exists(path):
-    raise ValueError(f"eval.classifier_config {spec!r}: no file {path!r}")
-  module_spec = importlib.util.spec_from_file_location("_classifier_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(preset or None)
-
-
 def digits_classifier(ev, workdir: str):
   """The trained classifier (evaluation mode) and its config: restored from
   `ev.classifier_workdir` ("" = <workdir>/digits_classifier), trained there first when its
   run is not finished."""
-  from attention_lab.train.trainer import Trainer  # pylint: disable=g-import-not-at-top
-  config = load_config_file(ev.classifier_config)
+  config = upstream.load_config_file(ev.classifier_config, "eval.classifier_config")
   if config.get("task", "classification") != "classification" or config.dataset.name != "digits":
     raise ValueError(f"eval.classifier_config must be a digits classification config, got "
                      f"{ev.classifier_config!r}")
   cls_workdir = ev.classifier_workdir or os.path.join(workdir, "digits_classifier")
-  trainer = Trainer(config, cls_workdir)
-  if int(trainer.state["step"]) < trainer.total_steps:
-    logging.info("Training the digits classifier for the GAN's features in %s", cls_workdir)
-    summary = trainer.run()
-    logging.info("Digits classifier: %s", summary)
+  trainer = upstream.trained(config, cls_workdir)
   return trainer.task.model(trainer.state), config
 
 

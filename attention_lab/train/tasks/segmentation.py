@@ -21,10 +21,11 @@ flipped input; each forward pass on the whole canvas, or in sliding windows of
 overlapping windows averaged.
 
 Weights from elsewhere (`config.init_from`, on a fresh start): a torchvision
-ResNet `.pth` file (read without torch, mapped by name; checkpoints/) or an
+ResNet `.pth` file (read without torch, mapped by name; checkpoints/), an
 orbax checkpoint of our classification task (a workdir, its checkpoints/
-folder or one step folder); either fills the backbone's parameters and
-BatchNorm statistics.
+folder or one step folder), or a classification config file
+(`path.py[:preset]`), trained first into <workdir>/pretrained (resumed there
+if unfinished); each fills the backbone's parameters and BatchNorm statistics.
 """
 
 import flax
@@ -38,7 +39,7 @@ from jax.experimental import multihost_utils
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import segmentation as data
 from attention_lab.evaluation import segmentation as evaluation
-from attention_lab.train import optim
+from attention_lab.train import optim, upstream
 from attention_lab.train.tasks import base
 
 IGNORE = data.IGNORE
@@ -278,7 +279,7 @@ class Segmentation(base.Task):
     path = self.config.get("init_from") or ""
     if not path:
       return state
-    return backbone_weights.load_into(state, path)
+    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
 
 TASK = Segmentation

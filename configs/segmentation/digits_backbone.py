@@ -1,0 +1,51 @@
+"""The digits-pretrained backbone of the default segmentation experiment (its "ImageNet").
+
+  python -m attention_lab.main --config=configs/segmentation/digits_backbone.py \\
+      --workdir=workdirs/digits_backbone
+
+The segmentation papers start from ImageNet-trained ResNets; our CPU
+experiment (configs/segmentation/default.py) starts from this run, which it
+trains itself into <workdir>/pretrained (`init_from` names this file). Data:
+the 1,497 train digits of `digits` at 48×48 (the size of a digit in the ×2
+digit scenes is 28-60 pixels), grey replicated to RGB. Model: `resnet` with the
+segmenter's backbone (depth, width and stem from the segmentation config) at
+output stride 32, global pooling and a linear classifier. AdamW 3e-3, cosine,
+30 epochs of batch 64 (690 steps).
+
+Measured: 98.7% test top-1 in 42 s end to end on a 2-core CPU.
+
+Presets: `:cpu` (5 epochs, for the segmentation `:cpu` preset), `:tiny` (two
+steps, for tests).
+"""
+
+import ml_collections
+
+import configs.default
+from configs.segmentation import default as segmentation
+
+
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+  config = configs.default.get_config()
+  config.task = "classification"
+  config.dataset.image_size = 48
+  config.dataset.channels = 3  # the scenes are RGB
+  backbone = segmentation.get_config().model
+  config.model = ml_collections.ConfigDict({
+      "name": "resnet", "depth": backbone.depth, "width": backbone.width,
+      "stem": backbone.stem, "dtype": "float32"})
+  config.optimizer.name = "adamw"
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.weight_decay = 1e-4
+  config.num_epochs = 30
+  config.eval_every_steps = 500
+  if preset == "cpu":  # for the segmentation `:cpu` preset
+    config.num_epochs = 5
+  elif preset == "tiny":
+    config.model.width = segmentation.get_config("tiny").model.width
+    config.batch_size = 16
+    config.num_epochs, config.num_train_steps = 0, 2
+    config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
+  elif preset:
+    raise ValueError(f"unknown preset {preset!r} for configs/segmentation/digits_backbone.py; "
+                     "expected 'cpu' or 'tiny'")
+  return config
