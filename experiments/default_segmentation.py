@@ -5,7 +5,8 @@
 
 Each run is `python -m attention_lab.main --config=configs/segmentation/default.py
 --config.model.head=<head>` in a fresh workdir, timed end to end (process
-start, data, compilation, training and evaluation). The goal (issue 12):
+start, data, the digits-pretrained backbone trained first in that workdir,
+compilation, training and evaluation). The goal (issue 12):
 every head ≥ 0.80 mIoU on the digit-scenes test split in ≤ 10 minutes on a
 2-core CPU. The load average before and after each run is recorded, because
 a shared machine slows every number here. Writes

@@ -59,6 +59,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "init": "random", "gradient": "one_step", "train_steps": 6, "eval_steps": 7,
       "without": ()})
   m.align_channels, m.dropout = 256, 0.1
+  config.init_from = ""  # --config.init_from=<torchvision ResNet-101 .pth> (see above)
   for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
     del m[key]
 

@@ -47,8 +47,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   m.heads, m.attention_features = 4, 512
   m.classifier_kernel = 1  # the attention replaces ASPP as the output layer: 1×1 classifier
   m.stem, m.multi_grid = "standard", (1,)
-  for key in ("channels", "rank"):
+  for key in ("channels", "rank", "align_channels", "dropout"):
     del m[key]
+  config.init_from = ""  # --config.init_from=<torchvision ResNet-101 .pth> (see above)
 
   config.batch_size = 10
   config.num_train_steps = 20_000

@@ -29,6 +29,11 @@ def test_paper_recipes():
   ham = voc_hamnet.get_config()
   assert (ham.model.stem, ham.model.multi_grid, ham.model.rank) == ("deep", (1, 2, 4), 64)
   assert ham.optimizer.learning_rate == 9e-3 and ham.optimizer.decay_params == "conv_kernels"
+  assert (ham.model.align_channels, ham.model.dropout) == (256, 0.1)  # not the CPU default's
+  assert "dropout" not in deeplab.model and "align_channels" not in deeplab.model
+  # The digits backbone is the CPU experiment's "ImageNet"; paper configs name their own .pth.
+  assert default.get_config().init_from == "configs/segmentation/digits_backbone.py"
+  assert deeplab.init_from == ham.init_from == voc_hamnet.get_config("cpu").init_from == ""
   ablation = voc_hamnet.get_config("ablation")
   assert (ablation.model.depth, ablation.model.output_stride, ablation.batch_size) == (50, 16, 12)
   ade = ade20k_hamnet.get_config()
