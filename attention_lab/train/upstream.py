@@ -2,7 +2,7 @@
 digits-FID (`eval.classifier_config`), the classification backbone a segmentation or
 detection run starts from (`init_from` = a config file).
 
-`trained(spec, workdir)` restores the upstream run from `workdir`, training it there to
+`trained(config, workdir)` restores the upstream run from `workdir`, training it there to
 its last step first when it is not finished (a killed or preempted upstream run resumes
 on the next call, like any run).
 """
