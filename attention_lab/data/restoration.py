@@ -18,8 +18,9 @@ config.dataset fields:
     patches of the CARE npz are already normalised that way).
   shuffle_buffer.
 
-The training stream is a pure function of (seed, step), resumable exactly
-(`skip(start_step)`), and each process reads its own slice of the split.
+The training stream is a pure function of (seed, step), resumable exactly (the
+examples before `start_step` are skipped before any cropping), and each process
+reads its own slice of the split.
 """
 
 import dataclasses
@@ -145,8 +146,9 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
     return {"input": x, "target": y}
 
   ds = ds.shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming crops nothing
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True).skip(start_step)
+  ds = ds.batch(local_batch_size, drop_remainder=True)
   return iter(tfds.as_numpy(ds.with_options(_options()).prefetch(2)))
 
 

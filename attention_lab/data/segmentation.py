@@ -183,8 +183,9 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
     return {"image": image, "label": label}
 
   ds = ds.shuffle(d.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True).skip(start_step)
+  ds = ds.batch(local_batch_size, drop_remainder=True)
   return iter(tfds.as_numpy(ds.with_options(pipeline._options()).prefetch(2)))  # pylint: disable=protected-access
 
 

@@ -88,3 +88,10 @@ def test_batches_from_a_source():
   assert train["image"].shape == (2, 32, 32, 3) and train["boxes"].shape == (2, 4, 4)
   batches = list(detection.eval_batches(config, local_batch_size=2, source=source))
   assert len(batches) == 2 and batches[1]["mask"].tolist() == [True, False]
+  fresh = detection.train_iterator(config, local_batch_size=2, source=source)
+  expected = [next(fresh) for _ in range(4)][2:]
+  resumed = detection.train_iterator(config, local_batch_size=2, start_step=2, source=source)
+  for want in expected:  # resuming at step 2 continues the fresh stream exactly
+    got = next(resumed)
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key])

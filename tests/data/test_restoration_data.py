@@ -88,8 +88,12 @@ def test_photo_splits_are_disjoint_real_photos(tmp_path):
   for noisy, clean, name in examples:
     np.testing.assert_array_equal(clean[..., 0], photos.load_photo(name))
     assert 15 < 10 * np.log10(1 / np.mean((noisy - clean) ** 2)) < 22  # noisy, not destroyed
+  fresh = data.train_iterator(config, local_batch_size=4)
+  fourth = [next(fresh) for _ in range(4)][3]
   batch = next(data.train_iterator(config, local_batch_size=4, start_step=3))
   assert batch["input"].shape == batch["target"].shape == (4, 32, 32, 1)
+  for key in ("input", "target"):  # resuming at step 3 continues the fresh stream exactly
+    np.testing.assert_array_equal(batch[key], fourth[key])
 
 
 def test_synthetic_generators_are_seeded():
