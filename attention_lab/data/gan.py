@@ -131,7 +131,7 @@ def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: i
   ds = _dataset(config, config.dataset.train_split, per_process=True, drop_remainder=True)
   seed = config.seed * 1_000_003 + jax.process_index()
   ds = ds.repeat().shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * d_steps * local_batch_size)  # before the map: resuming decodes less
+  ds = ds.skip(start_step * d_steps * local_batch_size)  # before the map: resuming preprocesses nothing
   ds = ds.map(lambda ex: preprocess(config, ex), num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(d_steps, drop_remainder=True).batch(local_batch_size, drop_remainder=True)
   return iter(tfds.as_numpy(ds.with_options(_options()).prefetch(2)))
