@@ -60,14 +60,20 @@ def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
     return {(("rest" if k[-1] in ("mean", "var") else "params"), "backbone") + k: v
             for k, v in converted.items()}
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  item = _orbax_item(path)
-  with ocp.PyTreeCheckpointer() as checkpointer:
-    tree = checkpointer.metadata(item)
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  item = epath.Path(_orbax_item(path))
+  # The handler, not a Checkpointer: a Checkpointer looks for the step's metadata file in
+  # the item folder and warns on the console that it is missing.
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    tree = handler.metadata(item)
     tree = getattr(tree, "item_metadata", tree)
     tree = getattr(tree, "tree", tree)
     # numpy on the host: no device placement, the same on every process.
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-    restored = checkpointer.restore(item, restore_args=restore_args)
+    restored = handler.restore(item, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+  finally:
+    handler.close()
   return {k: np.asarray(v) for k, v in flatten(restored).items()
           if len(k) > 1 and k[0] in ("params", "rest") and k[1] == "backbone"}
 
