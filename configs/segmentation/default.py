@@ -21,7 +21,7 @@ dropout, 0.800 with both changes, at 4,000 steps). The ×2 input gives 16×16
 stride-8 features (8×8 cannot resolve 3-7-pixel strokes).
 Backbone: pretrained on digits first, as the papers start from ImageNet
 (`init_from` = configs/segmentation/digits_backbone.py, trained into
-<workdir>/pretrained in about 45 s; at 4,000 steps it lifted the attention
+<workdir>/pretrained in about 20 s; at 4,000 steps it lifted the attention
 head from 0.779 to 0.784 and the Hamburger from 0.752 to 0.772).
 AdamW 3e-3 (SGD at 0.05 barely left the all-background solution in 50
 steps; Adam did), poly 0.9, 5,500 steps of batch 8 (5,000 scored 0.795-0.798
@@ -29,11 +29,10 @@ for the attention heads; batch 4 for twice the steps, the same time, scored
 lower: 0.773 against 0.779 at 4,000 steps), weight decay 1e-4 on conv kernels.
 
 Measured (`python -m experiments.default_segmentation`, quiet 2-core CPU, end
-to end, pretraining included): test mIoU ASPP 0.806 (9.0 min), attention
-0.800 (10.2 min), KAO_KV 0.806 (9.1 min), KAO_QKV 0.800 (8.8 min), Hamburger
-0.815 (9.5 min). Issue 12's goal (≥ 0.80 for every head in ≤ 10 minutes) is
-met by every head but the attention head's time (611 s, 11 s over)
-(experiments/results/default_segmentation.md).
+to end, pretraining included): test mIoU ASPP 0.806 (5.9 min), attention
+0.800 (7.0 min), KAO_KV 0.806 (5.8 min), KAO_QKV 0.800 (5.7 min), Hamburger
+0.815 (6.1 min): issue 12's goal (≥ 0.80 for every head in ≤ 10 minutes) is
+met by every head (experiments/results/default_segmentation.md).
 
 Presets: `:cpu` (a one-minute run that visibly learns), `:tiny` (a few steps,
 for tests).
@@ -113,7 +112,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.mesh.param_sharding = "replicated"
 
   config.log_every_steps = 50
-  config.eval_every_steps = 5500  # only at the end: each evaluation costs ~20 s
+  config.eval_every_steps = 5500  # only at the end: each evaluation costs ~12 s
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 2
 
