@@ -61,7 +61,7 @@ def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
             for k, v in converted.items()}
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   from etils import epath  # pylint: disable=g-import-not-at-top
-  item = epath.Path(_orbax_item(path))
+  item = epath.Path(os.path.abspath(_orbax_item(path)))  # orbax rejects relative paths
   # The handler, not a Checkpointer: a Checkpointer looks for the step's metadata file in
   # the item folder and warns on the console that it is missing.
   handler = ocp.PyTreeCheckpointHandler()

@@ -50,8 +50,10 @@ def _task(tmp_path, **overrides):
   return tasks.create(config, base.Environment(mesh, str(tmp_path), config.batch_size))
 
 
-def test_init_from_our_classification_checkpoint(tmp_path):
-  """A classification ResNet's backbone (our orbax checkpoint) initialises the segmenter's."""
+@pytest.mark.parametrize("relative", [False, True])
+def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative):
+  """A classification ResNet's backbone (our orbax checkpoint) initialises the segmenter's;
+  the path may be relative (the README's workdirs are)."""
   task = _task(tmp_path)
   m = task.config.model
   net = base.TrainableModel(lambda rngs: models.create(
@@ -62,6 +64,9 @@ def test_init_from_our_classification_checkpoint(tmp_path):
   with ocp.CheckpointManager(str(tmp_path / "cls" / "checkpoints")) as manager:
     manager.save(7, args=ocp.args.StandardSave(trainer_lib._storable(source)))  # pylint: disable=protected-access
   task.config.init_from = str(tmp_path / "cls")
+  if relative:
+    monkeypatch.chdir(tmp_path)
+    task.config.init_from = "cls"
   state = task.init_state()
   loaded = task.from_pretrained(state)
   from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
