@@ -127,11 +127,11 @@ def _options():
   options = tf.data.Options()
   options.deterministic = True
   options.threading.private_threadpool_size = 2
-  # No autotuner: destroying an autotuned iterator blocks, idle, in RootDataset::Iterator's
-  # destructor until its model thread wakes, which can take its optimisation period (up
-  # to 60 s). Every eval pass and every run's end destroy one: the default segmentation
-  # run idled 8-20 s after each evaluation and 19 s + 50 s at the ends of its two runs.
-  # Parallel maps then run on the private pool; the data are the same.
+  # No autotuner: destroying an autotuned iterator blocked, idle, in RootDataset::Iterator's
+  # destructor, waiting for a background thread (by all signs the autotuner's model thread,
+  # whose sleep grows to 60 s). Every eval pass and every run's end destroy one: the default
+  # segmentation run idled 8-20 s after each evaluation and 19 s + 50 s at the ends of its
+  # two runs. Parallel maps then run on the private pool; the data are the same.
   options.autotune.enabled = False
   return options
 
