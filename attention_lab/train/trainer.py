@@ -194,19 +194,22 @@ def _hms(seconds: float) -> str:
   return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _written_steps(workdir: str) -> dict[str, int]:
-  """The last step of every TensorBoard tag already in `workdir` (from a killed run)."""
+def _written_points(workdir: str) -> dict[str, dict[int, float | None]]:
+  """Every TensorBoard point already in `workdir` (from an earlier or a killed run): tag ->
+  step -> value (None for an image)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  last = {}
+  points = {}
   for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
     try:
       for record in tf.data.TFRecordDataset(path):
         event = tf.compat.v1.Event.FromString(record.numpy())
         for value in event.summary.value:
-          last[value.tag] = max(last.get(value.tag, -1), event.step)
+          scalar = value.HasField("tensor") and not value.tensor.string_val
+          points.setdefault(value.tag, {})[event.step] = (
+              float(tf.make_ndarray(value.tensor)) if scalar else None)
     except tf.errors.DataLossError:  # the killed run's last record was cut short
       pass
-  return last
+  return points
 
 
 class _OncePerStep:
@@ -369,31 +372,26 @@ class Trainer:
   def run(self, until_step: int | None = None) -> dict[str, float]:
     """Trains from the workdir's last checkpoint to `total_steps`, or only to `until_step`
     (a session budget: the schedule still spans `total_steps`); saves and returns the last
-    metrics. On SIGTERM it saves the step reached, sets `self.preempted` and returns."""
+    metrics (for a finished workdir: the last step's, with a fresh evaluation). On SIGTERM
+    it saves the step reached, sets `self.preempted` and returns."""
     config = self.config
     start = int(self.state["step"])
     last = self.total_steps if until_step is None else min(until_step, self.total_steps)
-    if start >= last:  # already trained (e.g. a re-run of a finished workdir): just evaluate
-      return self.evaluate()
     installed = PREEMPTION.install()
     single = jax.process_count() == 1  # several processes: no aborted regions, agreed stops
-    written = _written_steps(self.workdir)
-    writer = self._writer(written)
-    last_eval = max((s for tag, s in written.items() if tag.startswith("eval_")), default=-1)
-    if start and start % config.eval_every_steps == 0 and self._agree(last_eval < start)[0]:
-      # A SIGTERM during this step's evaluation saved the step without it: evaluate now.
-      evaluation = self.evaluate()
-      writer.write_scalars(start, evaluation)
-      self.say(self._eval_line(start, evaluation))
-    train_metrics, summary, pending = None, {}, None
+    points = _written_points(self.workdir)
+    writer = self._writer({tag: max(steps) for tag, steps in points.items()})
+    train_metrics, pending = None, None
     step, saved = start, False
     clock = time.monotonic()
     early_at = clock + config.get("first_checkpoint_secs", 180)
     log_step, log_time = start, clock
     try:
+      summary = self._owed_summary(start, last, points, writer)
       try:
-        with PREEMPTION.interruptible(single):
-          data = self.task.train_batches(start)
+        if start < last:
+          with PREEMPTION.interruptible(single):
+            data = self.task.train_batches(start)
         while step < last and not self._agree(PREEMPTION.requested)[0]:
           with PREEMPTION.interruptible(single):
             batch = self.global_batch(next(data))
@@ -459,6 +457,29 @@ class Trainer:
       if installed:
         PREEMPTION.uninstall()
       writer.flush()
+    return summary
+
+  def _owed_summary(self, start: int, last: int, points, writer) -> dict[str, float]:
+    """What a run owes before its first step. The evaluation of step `start`, if a SIGTERM
+    cut it short. And for a finished workdir (a re-run, or a SIGTERM after the last step),
+    the summary that finished it: the last step's train metrics as written (`points`), its
+    learning rates and a fresh evaluation."""
+    is_eval_step = start % self.config.eval_every_steps == 0 or start == self.total_steps
+    last_eval = max((max(steps) for tag, steps in points.items() if tag.startswith("eval_")),
+                    default=-1)
+    owed = bool(start) and is_eval_step and self._agree(last_eval < start)[0]
+    summary = {}
+    if start >= last:
+      summary = {tag: steps[start] for tag, steps in points.items()
+                 if tag.startswith("train_") and steps.get(start) is not None}
+      summary.update(self.task.learning_rates(start))
+    if owed or start >= last:
+      evaluation = self.evaluate()
+      if owed:
+        writer.write_scalars(start, evaluation)
+        self._write_images(writer, start)
+      self.say(self._eval_line(start, evaluation))
+      summary.update(evaluation)
     return summary
 
   def _write_images(self, writer, step: int) -> None:

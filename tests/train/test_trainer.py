@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_lab.data import pipeline
+from attention_lab.train import trainer as trainer_lib
 from attention_lab.train.trainer import NonFiniteError, Trainer
 from configs import default
 
@@ -94,8 +95,8 @@ def test_resume_is_exact(tmp_path, data_dir, attention):
   assert int(resumed.state["step"]) == 3
   got = resumed.run()
   assert got == expected
-  finished = Trainer(config, str(tmp_path / "b")).run()  # a re-run only evaluates
-  assert finished == {k: v for k, v in expected.items() if k.startswith("eval_")}
+  finished = Trainer(config, str(tmp_path / "b")).run()  # a re-run evaluates again
+  assert finished == expected
   for a, b in zip(jax.tree.leaves(nnx.to_pure_dict(resumed.state["params"])),
                   jax.tree.leaves(nnx.to_pure_dict(straight.state["params"]))):
     np.testing.assert_array_equal(a, b)
@@ -164,6 +165,32 @@ def test_sigterm_in_data_loading_or_evaluation_saves_the_step_reached(tmp_path, 
   resumed.run()
   assert resumed.preempted and not finished
   assert resumed.checkpoints.latest_step() == 4
+
+
+def test_sigterm_in_the_last_evaluation_then_a_rerun_ends_as_an_uninterrupted_run(
+    tmp_path, data_dir):
+  """The signal lands in the last step's evaluation: the step is saved without it, and the
+  re-run (nothing left to train) evaluates it once and returns the uninterrupted summary."""
+  config = tiny_config(data_dir, **{"num_train_steps": 4, "eval_every_steps": 100})
+  expected = Trainer(config, str(tmp_path / "straight")).run()
+  assert {"train_loss", "learning_rate", "eval_loss"} <= set(expected)
+  trainer = Trainer(config, str(tmp_path / "cut"))
+  evaluate = trainer.task.evaluate
+
+  def preempted_evaluate(state):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return evaluate(state)
+
+  trainer.task.evaluate = preempted_evaluate
+  trainer.run()
+  assert trainer.preempted and trainer.checkpoints.latest_step() == 4
+  assert "eval_loss" not in trainer_lib._written_points(str(tmp_path / "cut"))
+  for _ in range(2):  # the owed evaluation, then a plain re-run
+    rerun = Trainer(config, str(tmp_path / "cut"))
+    assert rerun.run() == expected and not rerun.preempted
+    points = trainer_lib._written_points(str(tmp_path / "cut"))
+    assert list(points["eval_loss"]) == [4]
+    assert points["eval_loss"][4] == pytest.approx(expected["eval_loss"], abs=1e-6)
 
 
 def test_non_finite_loss_stops_at_its_step_and_keeps_the_last_finite_checkpoint(
