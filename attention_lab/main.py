@@ -117,6 +117,9 @@ def main(argv):
     cli.fail(str(e), status=1)
   if not trainer.preempted:
     trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
+  # All is saved. Python resets SIGTERM to its default action while it shuts down (a second
+  # or so here), so a late signal would end a finished run with status -15: ignore it.
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
