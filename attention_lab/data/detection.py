@@ -161,7 +161,7 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0, source
   ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline._options()).prefetch(2)))  # pylint: disable=protected-access
+  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
 
 
 def eval_batches(config, *, local_batch_size: int, source=None, max_batches: int | None = None):
@@ -172,7 +172,7 @@ def eval_batches(config, *, local_batch_size: int, source=None, max_batches: int
     source = get_builder(config).as_dataset(split=split, shuffle_files=False)
   ds = source.map(lambda ex: eval_preprocess(ex, size=d.image_size, max_boxes=d.eval_max_boxes),
                   num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size).with_options(pipeline._options())  # pylint: disable=protected-access
+  ds = ds.batch(local_batch_size).with_options(pipeline.tf_data_options())
   if max_batches is not None:
     ds = ds.take(max_batches)
   for batch in tfds.as_numpy(ds):

@@ -117,13 +117,6 @@ def preprocess(config, example) -> dict[str, tf.Tensor]:
   return {"image": image, "label": label}
 
 
-def _options():
-  options = tf.data.Options()
-  options.deterministic = True
-  options.threading.private_threadpool_size = 2
-  return options
-
-
 def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: int = 0):
   """Endless numpy batches {"image": (B, d_steps, S, S, 3), "label": (B, d_steps)} for this
   process, positioned at `start_step`."""
@@ -134,7 +127,7 @@ def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: i
   ds = ds.skip(start_step * d_steps * local_batch_size)  # before the map: resuming preprocesses nothing
   ds = ds.map(lambda ex: preprocess(config, ex), num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(d_steps, drop_remainder=True).batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(_options()).prefetch(2)))
+  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
 
 
 def real_images(config, split: str, *, limit: int, batch_size: int = 256):
@@ -145,4 +138,4 @@ def real_images(config, split: str, *, limit: int, batch_size: int = 256):
   if limit:
     ds = ds.take(limit)
   ds = ds.map(lambda ex: preprocess(config, ex), num_parallel_calls=tf.data.AUTOTUNE)
-  return tfds.as_numpy(ds.batch(batch_size).with_options(_options()))
+  return tfds.as_numpy(ds.batch(batch_size).with_options(pipeline.tf_data_options()))

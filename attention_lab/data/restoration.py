@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from attention_lab.data import pipeline
 from attention_lab.data.builders.care import Care
 from attention_lab.data.builders.photos import RestorationPhotos
 from attention_lab.data.builders.synthetic_volumes import SyntheticVolumes
@@ -122,13 +123,6 @@ def _augment(x, y, seed):
   return x, y
 
 
-def _options():
-  options = tf.data.Options()
-  options.deterministic = True
-  options.threading.private_threadpool_size = 2
-  return options
-
-
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
   builder = get_builder(config)
@@ -149,7 +143,7 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   ds = ds.skip(start_step * local_batch_size)  # before the map: resuming crops nothing
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(_options()).prefetch(2)))
+  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
 
 
 def eval_examples(config):

@@ -186,7 +186,7 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
   ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline._options()).prefetch(2)))  # pylint: disable=protected-access
+  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
 
 
 def eval_batches(config, *, local_batch_size: int, limit: int | None = None):
@@ -204,7 +204,7 @@ def eval_batches(config, *, local_batch_size: int, limit: int | None = None):
     return {"image": image, "label": label}
 
   ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(local_batch_size)
-  for batch in tfds.as_numpy(ds.with_options(pipeline._options())):  # pylint: disable=protected-access
+  for batch in tfds.as_numpy(ds.with_options(pipeline.tf_data_options())):
     n = len(batch["label"])
     pad = local_batch_size - n
     yield {"image": np.pad(batch["image"], [(0, pad)] + [(0, 0)] * 3),
