@@ -16,6 +16,7 @@ non-finite loss is one line and exit status 1; SIGTERM saves the step reached an
 exits 0.
 """
 
+import ctypes
 import os
 import signal
 import sys
@@ -74,6 +75,28 @@ def initialize_distributed(config) -> None:
     jax.distributed.initialize()
 
 
+def keep_freed_host_memory() -> bool:
+  """On the CPU backend, lets freed memory stay in the process for the next step (glibc).
+
+  glibc serves an allocation over 32 MB with its own mmap and unmaps it when it is freed,
+  and a thread's arena returns larger ones the same way. XLA:CPU allocates a step's
+  temporaries as one buffer (54-90 MB for the default segmenter), so every step faulted
+  the whole buffer in again: 14-23k minor page faults and 35-55 ms of kernel time per
+  step, a third of the step on a 2-core VM. Here no allocation is mmapped and the heap is
+  trimmed only past 1 GiB of free top; with `jax_cpu_enable_async_dispatch` off (main())
+  the steps run on the main thread, so their buffers come from the main heap. The numbers
+  are unchanged (allocation does not enter the arithmetic); the peak RSS rose ~6%. Returns
+  whether it applied (glibc, CPU backend).
+  """
+  if jax.default_backend() != "cpu":
+    return False
+  mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # glibc only
+  if mallopt is None:
+    return False
+  m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
+  return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
 class _QuietLibraries(std_logging.Filter):
   """Keeps orbax's per-save INFO chatter out of a verbose console; warnings still pass."""
 
@@ -96,10 +119,13 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     tfds.disable_progress_bar()
   config = _CONFIG.value
+  # Before the backend starts: CPU programs run on the calling thread (keep_freed_host_memory).
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
   try:
     initialize_distributed(config)
     with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
       jax.devices()  # backend start-up (libtpu probes on a machine without TPUs)
+    keep_freed_host_memory()
     if jax.process_index() > 0 and not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.ERROR)  # process 0 speaks for all
     trainer = trainer_lib.Trainer(config, _WORKDIR.value)
