@@ -17,6 +17,8 @@ Which peak a dtype means, as JAX runs it:
 
 import dataclasses
 
+import numpy as np
+
 GIB = 2**30
 
 
@@ -29,7 +31,7 @@ class Device:
 
   def peak(self, dtype) -> float | None:
     """Peak FLOP/s at `dtype` (a numpy/jax dtype or its name); None where there is none."""
-    return self.peak_flops.get(getattr(dtype, "name", None) or str(dtype))
+    return self.peak_flops.get(np.dtype(dtype).name)
 
 
 def _tpu(name, bf16, memory_gib, bandwidth):
