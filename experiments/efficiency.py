@@ -46,6 +46,7 @@ from absl import app
 from ml_collections import config_flags
 
 from attention_lab import ops
+from experiments import efficiency_fused as fused_lib
 from experiments import measure as measure_lib
 from experiments.efficiency_modules import build_module, module_program, ham_flops
 
@@ -96,21 +97,54 @@ def measure(op: str, x, repeats: int) -> dict:
   return {"madd": madd_of(OPERATORS[op], x) / x.shape[0], **acct, "time_s": timing["time_s"]}
 
 
-def _operator_input(batch, side, channels, heads, rank=2):
+def _dtype(config):
+  return jnp.dtype(config.get("dtype", "float32"))
+
+
+def _operator_input(batch, side, channels, heads, rank=2, dtype=jnp.float32):
   shape = (batch, *(side,) * rank, heads, channels // heads)
-  return jax.random.normal(jax.random.key(0), shape, jnp.float32)
+  return jax.random.normal(jax.random.key(0), shape, dtype)
+
+
+def fused_kernel(config) -> str | None:
+  """The device's fused regular-attention kernel the table adds ('cudnn' | 'pallas'), or None.
+
+  `config.fused_attention`: "auto" (default: the present GPU's or TPU's; none on
+  a CPU), "none", or a kernel name.
+  """
+  choice = config.get("fused_attention", "auto")
+  if choice == "auto":
+    return fused_lib.kernel_for()
+  if choice in ("none", "", None):
+    return None
+  if choice not in fused_lib.LABELS:
+    raise ValueError(f"config.fused_attention must be auto|none|{'|'.join(fused_lib.LABELS)}, "
+                     f"got {choice!r}")
+  return choice
+
+
+def _fused_operator(kernel):
+  attend = fused_lib.fused_attention(kernel)
+  return lambda x: attend(_flat(x), _flat(x), _flat(x))
 
 
 def run_operators(config) -> dict:
-  rows = []
+  rows, fused = [], []
+  kernel = fused_kernel(config)
   for side, channels in config.sizes:
-    x = _operator_input(config.batch, side, channels, config.heads)
+    x = _operator_input(config.batch, side, channels, config.heads, dtype=_dtype(config))
     programs, accts = {}, {}
     for op in (*config.operators, "pass"):
       fn = elementwise_pass if op == "pass" else OPERATORS[op]
       compiled, accts[op] = compile_fn(fn, x)
       programs[op] = (compiled, (x,))
+    reason = kernel and fused_lib.unsupported_reason(kernel, _flat(x), _flat(x), _flat(x))
+    if kernel and not reason:
+      compiled, accts["fused"] = compile_fn(_fused_operator(kernel), x)
+      programs["fused"] = (compiled, (x,))
     times = time_side_by_side(programs, config.repeats, config.min_sample_s)
+    if kernel:
+      fused.append(_fused_row(config, kernel, reason, side, channels, times, accts))
     base = config.baseline
     for op in config.operators:
       paper = _paper(config, op, side)
@@ -126,7 +160,52 @@ def run_operators(config) -> dict:
       rows.append(r)
       print({k: v for k, v in r.items() if k != "time_samples"}, flush=True)
   sweep = run_operator_sweep(config)
-  return {"rows": rows, "sweep": sweep}
+  return {"rows": rows, "sweep": sweep, "fused": fused}
+
+
+def _fused_row(config, kernel, reason, side, channels, times, accts) -> dict:
+  """The fused kernel at one size (or why not), and every operator's speed-up against the
+  fastest regular attention measured there (XLA's or the fused kernel)."""
+  regular = {"attn": times["attn"]["time_s"]} if "attn" in times else {}
+  if "fused" in times:
+    regular["fused"] = times["fused"]["time_s"]
+  fastest = min(regular, key=regular.get) if regular else None
+  row = dict(size=f"{config.batch}×{side}²×{channels}", side=side, kernel=kernel,
+             label=fused_lib.LABELS[kernel], reason=reason,
+             xla_attn_time_s=regular.get("attn"), fastest=fastest)
+  if "fused" in times:
+    row.update(time_s=times["fused"]["time_s"], time_samples=times["fused"]["samples"],
+               **accts["fused"])
+  if fastest:
+    row["speedup_vs_fastest_regular"] = {
+        op: regular[fastest] / times[op]["time_s"] for op in config.operators}
+  print({k: v for k, v in row.items() if k != "time_samples"}, flush=True)
+  return row
+
+
+def fused_lines(result, operators) -> list:
+  """Markdown: the device's fused regular attention beside XLA's, and speed-ups against the
+  fastest of the two. Absent on a CPU (no fused kernel there)."""
+  fused = result.get("fused") or []
+  if not fused:
+    return ["", "Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none "
+            "on this device, so the speed-ups above are against XLA's regular attention only."]
+  label = fused[0]["label"]
+  lines = ["", f"## Against the fastest regular attention on this device ({label})", "",
+           f"{label} runs `experiments.efficiency_fused` on the same input; where its rules do "
+           "not allow the shape or dtype, the row says why and XLA's attention is the "
+           "fastest regular attention.", "",
+           f"| input | XLA Attn ms | {label} ms | fastest regular | " + " | ".join(
+               f"{LABELS[op]} speed-up" for op in operators) + " |",
+           "|---|---|---|---|" + "---|" * len(operators)]
+  for f in fused:
+    t = f"{1e3 * f['time_s']:.3f}" if f.get("time_s") else f"not run: {f['reason']}"
+    xla = f"{1e3 * f['xla_attn_time_s']:.3f}" if f.get("xla_attn_time_s") else "—"
+    best = {"attn": "XLA", "fused": label, None: "—"}[f["fastest"]]
+    speed = f.get("speedup_vs_fastest_regular") or {}
+    lines.append(f"| {f['size']} | {xla} | {t} | {best} | " + " | ".join(
+        f"{speed[op]:.2f}×" if op in speed else "—" for op in operators) + " |")
+  return lines
 
 
 def _paper(config, op, side) -> dict | None:
@@ -144,7 +223,7 @@ def run_operator_sweep(config) -> list:
   for side in config.sweep_sides:
     x_abstract = jax.ShapeDtypeStruct(
         (config.batch, side, side, config.heads, config.sweep_channels // config.heads),
-        jnp.float32)
+        _dtype(config))
     programs, accts = {}, {}
     for op in config.operators:
       compiled, acct = compile_fn(OPERATORS[op], x_abstract)
@@ -153,7 +232,8 @@ def run_operator_sweep(config) -> list:
         programs[op] = compiled
     if not programs:
       continue
-    x = _operator_input(config.batch, side, config.sweep_channels, config.heads)
+    x = _operator_input(config.batch, side, config.sweep_channels, config.heads,
+                        dtype=_dtype(config))
     times = time_side_by_side({op: (c, (x,)) for op, c in programs.items()},
                               config.sweep_repeats, config.min_sample_s)
     for op in config.operators:
@@ -170,7 +250,8 @@ def operators_markdown(config, result, m) -> str:
   lines = [
       f"# {config.title}", "",
       f"Measured on {machine_line(m)}. Command: `python -m experiments.efficiency "
-      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"--config=configs/efficiency/{config.table}.py`. Input dtype "
+      f"{config.get('dtype', 'float32')}.", "",
       "MAdd: multiply-adds of the dot products per example (the papers' convention; softmax, "
       "means and pooling are not multiply-adds); XLA flops: `cost_analysis()` of the whole "
       "batch. Memory: XLA `memory_analysis()` of the whole batch — temp = temporaries, "
@@ -201,6 +282,7 @@ def operators_markdown(config, result, m) -> str:
     rs = [r for r in result["rows"] if r["size"] == size]
     lines.append(f"| {size} | {1e3 * rs[0]['pass_time_s']:.4f} | " + " | ".join(
         f"{r['time_over_pass']:.1f}×" for r in rs) + " |")
+  lines += fused_lines(result, config.operators)
   lines += _sweep_lines(config, result["sweep"], "operators")
   if config.get("notes"):
     lines += ["", "## Notes", "", config.notes]

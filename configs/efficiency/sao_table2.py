@@ -40,6 +40,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sizes = ((14, 64), (28, 128), (56, 256))  # (side, channels)
   config.operators = ("attn", "attn_pool", "attn_mean", "sao")
   config.baseline = "attn"
+  config.dtype = "float32"  # the papers'; the accelerator report adds bfloat16
+  # "auto": beside XLA's regular attention, the device's fused kernel (cuDNN flash on a GPU,
+  # Pallas flash on a TPU; none on a CPU), see experiments/efficiency_fused.py; or "none".
+  config.fused_attention = "auto"
   config.repeats = 9
   config.min_sample_s = 0.05
   config.out_dir = ""

@@ -12,6 +12,7 @@ from attention_lab.layers import Hamburger
 from configs.efficiency import (aa_table9, ham_table3, isa_tables, kao_table1,
                                 performance_goals, sao_table2)
 from experiments import bench_ops, efficiency, efficiency_modules, measure
+from experiments import efficiency_fused as fused_lib
 
 
 @pytest.mark.parametrize("op", sorted(efficiency.OPERATORS))
@@ -155,3 +156,117 @@ def test_sao_table5_whole_networks(monkeypatch, tmp_path):
   assert rows["MobileNetV2"]["memory_ratio"] == 1.0
   assert rows["SANet"]["paper_time_ratio"] == pytest.approx(14.9 / 14.4)
   assert "Performance goal" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# The device's fused regular attention (experiments/efficiency_fused.py).
+
+# The H100's published facts as XLA's GpuTargetConfigProto text, for a compile-only device.
+_H100_TARGET = """
+gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: 3352320000000 l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: 84942979072 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536
+  registers_per_block_limit: 65536 runtime_version: "12.8.0"
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 10 patch: 0 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
+
+
+def _h100():
+  """A compile-only H100 (jax's CUDA plugin with cuDNN, no GPU needed), or skip."""
+  pytest.importorskip("jax_cuda12_plugin", reason="needs jax's CUDA plugin (jax[cuda12])")
+  from jax._src.lib import cuda_versions  # pylint: disable=g-import-not-at-top
+  if cuda_versions is None:
+    pytest.skip("jax's CUDA plugin has no cuDNN")
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  try:
+    topology = topologies.get_topology_desc(platform="cuda", target_config=_H100_TARGET,
+                                            topology="1x1x1")
+  except Exception as e:  # pylint: disable=broad-except
+    pytest.skip(f"no compile-only CUDA device: {e}")
+  return topology.devices[0]
+
+
+@pytest.mark.parametrize("program", ["forward", "train"])
+def test_cudnn_row_compiles_to_cudnn_flash_attention_for_an_h100(program):
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  device = _h100()
+  mesh = jax.sharding.Mesh([device], ("data",))
+  x = jax.ShapeDtypeStruct((2, 16, 16, 2, 64), jnp.bfloat16,
+                           sharding=NamedSharding(mesh, PartitionSpec("data")))
+  flat = x.shape[0], 256, 2, 64
+  assert fused_lib.unsupported_reason("cudnn", *(jax.ShapeDtypeStruct(flat, x.dtype),) * 3,
+                                      compute_capability=(9, 0)) is None
+  fn = efficiency._fused_operator("cudnn")
+  if program == "train":
+    fn = jax.grad(lambda x: efficiency._fused_operator("cudnn")(x).astype(jnp.float32).sum())
+  hlo = jax.jit(fn).lower(x).compile().as_text()
+  assert "__cudnn$fmha" in hlo
+  if program == "train":
+    assert "Backward" in hlo
+
+
+def test_fused_rules_name_the_reason():
+  s = lambda shape, dtype=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dtype)
+  q = s((1, 196, 1, 64))
+  assert fused_lib.unsupported_reason("cudnn", q, q, q) is None
+  assert "float32" in fused_lib.unsupported_reason("cudnn", *(s((1, 196, 1, 64), jnp.float32),) * 3)
+  big = s((1, 196, 1, 256))
+  assert "head dim 256" in fused_lib.unsupported_reason("cudnn", big, big, big)
+  assert fused_lib.unsupported_reason("cudnn", big, big, big, compute_capability=(9, 0)) is None
+  assert "multiple of 8" in fused_lib.unsupported_reason("cudnn", *(s((1, 196, 1, 12)),) * 3)
+  odd = s((1, 195, 1, 64))
+  assert "even" in fused_lib.unsupported_reason("cudnn", odd, odd, odd, bias=odd, training=True)
+  assert fused_lib.unsupported_reason("pallas", odd, odd, odd) is None  # padded and masked
+  assert "≠" in fused_lib.unsupported_reason("pallas", q, q, s((1, 196, 1, 32)))
+  assert "multiple of 128" in fused_lib.unsupported_reason("pallas", *(s((1, 9, 1, 192)),) * 3)
+  assert fused_lib.kernel_for("cpu") is None
+  assert fused_lib.kernel_for("gpu") == "cudnn" and fused_lib.kernel_for("tpu") == "pallas"
+
+
+def _pallas_reference(q, k, v, *, scale=None, bias=None):
+  from jax.experimental.pallas.ops.tpu import flash_attention as fa  # pylint: disable=g-import-not-at-top
+  return fused_lib.pallas_attention(q, k, v, scale=scale, bias=bias, kernel=fa.mha_reference)
+
+
+def test_pallas_padding_and_bias_match_regular_attention():
+  # Lengths 37 / 29 are padded to 128 and masked with segment ids; the kernel's reference
+  # (same arguments, any backend) stands in for the TPU kernel.
+  keys = jax.random.split(jax.random.key(0), 4)
+  q = jax.random.normal(keys[0], (2, 37, 3, 8))
+  k, v = (jax.random.normal(kk, (2, 29, 3, 8)) for kk in keys[1:3])
+  bias = jax.random.normal(keys[3], (1, 3, 37, 29))
+  expected = ops.dot_product_attention(q, k, v, scale=0.3, bias=bias)
+  assert jnp.allclose(_pallas_reference(q, k, v, scale=0.3, bias=bias), expected, atol=1e-5)
+
+
+def test_replaced_regular_attention_runs_layers_through_the_kernel(monkeypatch):
+  from attention_lab import layers  # pylint: disable=g-import-not-at-top
+  layer = layers.GlobalAttention(8, "softmax", num_heads=2, project="qkv", out_features=8,
+                                 rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (2, 5, 6, 8))
+  expected = layer(x)
+  calls = []
+
+  def kernel(q, k, v, *, scale=None, bias=None):
+    calls.append(q.shape)
+    return _pallas_reference(q, k, v, scale=scale, bias=bias)
+
+  monkeypatch.setitem(fused_lib.KERNEL_FUNCTIONS, "pallas", kernel)
+  original = ops.dot_product_attention
+  with fused_lib.replaced_regular_attention("pallas"):
+    got = layer(x)
+  assert calls == [(2, 30, 2, 4)]
+  assert jnp.allclose(got, expected, atol=1e-5)
+  assert ops.dot_product_attention is original
+
+
+def test_operator_tables_have_no_fused_rows_on_a_cpu(monkeypatch, tmp_path):
+  _, data, text = _run(kao_table1, monkeypatch, tmp_path)
+  assert data["fused"] == [] and "none on this device" in text

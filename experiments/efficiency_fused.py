@@ -1,0 +1,155 @@
+"""The fastest regular (softmax) attention JAX has on the present accelerator, for the tables.
+
+The efficiency tables compare our operators against regular attention; on an
+accelerator XLA's einsum-softmax-einsum is not the strongest form of it. This
+module gives the fused kernel of each platform and the rules of when it applies:
+
+- GPU: cuDNN flash attention, `jax.nn.dot_product_attention(implementation="cudnn")`.
+  Rules (jax/_src/cudnn/fused_attention_stablehlo.py, `check_layout` and
+  `check_is_flash_attention`): q, k, v in float16 or bfloat16; q and k of one
+  head dim, a multiple of 8 and ≤ 128 (≤ 256 on compute capability ≥ 9.0,
+  Hopper); a value head dim unlike q's needs compute capability ≥ 9.0 and
+  cuDNN ≥ 9.10; with a bias, training needs even sequence lengths.
+- TPU: the Pallas flash-attention kernel
+  (`jax.experimental.pallas.ops.tpu.flash_attention`, blocks of 128). Rules:
+  v's head dim equals q's; a head dim above 128 is a multiple of 128; any
+  dtype. Sequence lengths that are not multiples of 128 are padded here and
+  the padding masked off with segment ids (pad keys are never attended by a
+  real query), so every length applies.
+- CPU: no fused kernel; the rows are absent.
+
+`replaced_regular_attention()` swaps `attention_lab.ops.dot_product_attention`'s
+unchunked softmax form for the fused kernel while programs are traced, so that
+modules and whole networks (GlobalAttention, AttnNet) can be measured with it
+without a second implementation of them.
+"""
+
+import contextlib
+import functools
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+
+from attention_lab import ops
+from attention_lab.ops import attention as attention_ops
+
+KERNELS = {"gpu": "cudnn", "tpu": "pallas"}
+LABELS = {"cudnn": "Attn (cuDNN flash)", "pallas": "Attn (Pallas flash)"}
+PALLAS_BLOCK = 128
+
+
+def kernel_for(platform: str | None = None) -> str | None:
+  """'cudnn' on a GPU, 'pallas' on a TPU, None elsewhere (default: jax's default backend)."""
+  platform = platform or jax.default_backend()
+  return KERNELS.get("gpu" if platform in ("gpu", "cuda", "rocm") else platform)
+
+
+def _compute_capability() -> tuple[int, int] | None:
+  dev = jax.devices()[0]
+  cc = getattr(dev, "compute_capability", None)
+  return tuple(int(x) for x in cc.split(".")) if cc else None
+
+
+def unsupported_reason(kernel: str, q, k, v, *, bias=None, training: bool = False,
+                       compute_capability: tuple[int, int] | None = None) -> str | None:
+  """Why `kernel` cannot run attention on q (B, Nq, H, D), k, v (B, Nk, H, Dv); None if it can.
+
+  One line naming the rule. `compute_capability` defaults to the present GPU's
+  (None off a GPU: the stricter pre-Hopper limits apply).
+  """
+  d, dv = q.shape[-1], v.shape[-1]
+  if kernel == "cudnn":
+    cc = compute_capability if compute_capability is not None else (
+        _compute_capability() if jax.default_backend() == "gpu" else None)
+    hopper = cc is not None and tuple(cc) >= (9, 0)
+    dtype = jnp.dtype(q.dtype)
+    if dtype not in (jnp.float16, jnp.bfloat16):
+      return f"{dtype.name}: cuDNN flash attention needs float16/bfloat16"
+    limit = 256 if hopper else 128
+    if d % 8 or d > limit:
+      return (f"head dim {d}: cuDNN flash attention needs a multiple of 8, ≤ {limit}"
+              f"{' (Hopper)' if hopper else ' (≤ 256 from compute capability 9.0)'}")
+    if dv != d and not hopper:
+      return f"value head dim {dv} ≠ {d}: cuDNN needs compute capability ≥ 9.0 for that"
+    if bias is not None and training and (q.shape[1] % 2 or k.shape[1] % 2):
+      return (f"sequence lengths {q.shape[1]}, {k.shape[1]}: cuDNN training with a bias "
+              "needs even lengths")
+    return None
+  if kernel == "pallas":
+    if dv != d:
+      return f"value head dim {dv} ≠ {d}: the Pallas flash kernel needs them equal"
+    if d > PALLAS_BLOCK and d % PALLAS_BLOCK:
+      return f"head dim {d}: the Pallas flash kernel needs ≤ 128 or a multiple of 128"
+    return None
+  raise ValueError(f"kernel must be one of {sorted(LABELS)}, got {kernel!r}")
+
+
+def cudnn_attention(q, k, v, *, scale=None, bias=None):
+  """cuDNN flash attention, (B, N, H, D) layout, the semantics of ops.dot_product_attention."""
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, scale=scale, implementation="cudnn")
+
+
+def pallas_attention(q, k, v, *, scale=None, bias=None, kernel=None):
+  """The Pallas TPU flash kernel on (B, N, H, D) inputs; lengths padded to 128 and masked.
+
+  `kernel` defaults to `flash_attention.flash_attention`; its reference
+  (`flash_attention.mha_reference`, same signature) runs on any backend.
+  The kernel adds the bias after its own scale, so q is scaled here instead.
+  """
+  from jax.experimental.pallas.ops.tpu import flash_attention as fa  # pylint: disable=g-import-not-at-top
+  kernel = kernel or fa.flash_attention
+  nq, nk = q.shape[1], k.shape[1]
+  pad = lambda n: -n % PALLAS_BLOCK
+  q = q * jnp.asarray(attention_ops.default_scale(q, scale), q.dtype)
+  heads_first = lambda x, n: jnp.pad(jnp.swapaxes(x, 1, 2),
+                                     ((0, 0), (0, 0), (0, pad(n)), (0, 0)))
+  qt, kt, vt = heads_first(q, nq), heads_first(k, nk), heads_first(v, nk)
+  segments = None
+  if pad(nq) or pad(nk):
+    ids = lambda n: jnp.broadcast_to(
+        (jnp.arange(n + pad(n)) < n).astype(jnp.int32), (q.shape[0], n + pad(n)))
+    segments = fa.SegmentIds(q=ids(nq), kv=ids(nk))
+  if bias is not None:
+    bias = jnp.broadcast_to(bias, (q.shape[0], q.shape[2], nq, nk))
+    bias = jnp.pad(bias, ((0, 0), (0, 0), (0, pad(nq)), (0, pad(nk))))
+  out = kernel(qt, kt, vt, bias, segments, sm_scale=1.0)
+  return jnp.swapaxes(out[:, :, :nq], 1, 2)
+
+
+KERNEL_FUNCTIONS = {"cudnn": cudnn_attention, "pallas": pallas_attention}
+
+
+def fused_attention(kernel: str):
+  """The attention function (q, k, v, *, scale, bias) of `kernel`."""
+  return KERNEL_FUNCTIONS[kernel]
+
+
+@contextlib.contextmanager
+def replaced_regular_attention(kernel: str):
+  """While active, `ops.dot_product_attention` runs its softmax form with `kernel`.
+
+  Only the softmax form is replaced ("mean" is untouched); `query_chunk_size`
+  is ignored, as a flash kernel never forms the (Nq, Nk) logits. The layers
+  keep their own projections, norms and scales. JAX's trace caches
+  are cleared on entry and exit, as a function traced before would keep its
+  cached XLA-attention program.
+  """
+  original = ops.dot_product_attention
+  attend = fused_attention(kernel)
+
+  @functools.wraps(original)
+  def replaced(q, k, v, *, scale=None, bias=None, normalization="softmax",
+               query_chunk_size=None):
+    if normalization != "softmax":
+      return original(q, k, v, scale=scale, bias=bias, normalization=normalization,
+                      query_chunk_size=query_chunk_size)
+    attention_ops.check_qkv(q, k, v)
+    return attend(q, k, v, scale=attention_ops.default_scale(q, scale), bias=bias)
+
+  jax.clear_caches()
+  try:
+    with mock.patch.object(ops, "dot_product_attention", replaced):
+      yield
+  finally:
+    jax.clear_caches()
