@@ -2,16 +2,10 @@
 
 Datasets (config.dataset.name): `digit_scenes` (embedded, 11 classes: background
 and the digits 0-9), `voc_segmentation` (21), `ade20k_challenge` (150),
+`pascal_context` (59),
 `cityscapes/semantic_segmentation` (TFDS, manual; its raw labelIds are mapped
 to the 19 trainIds, everything else 255). Labels are int32 (H, W) with 255 =
 ignore.
-
-PASCAL-Context (Ham Table 5) has no builder: its 59-class masks come either
-from the Detail API (the `detail` package over `trainval_merged.json`, as
-mmseg's converter) or from the per-image `.mat` label maps of the 459-class
-release mapped through its class lists; neither layout could be checked here
-without the files, and a builder that guesses a label layout would fail
-silently. Adding it is a manual_dir builder like `voc_segmentation`.
 
 Training (DeepLab / Ham recipes): the image is normalised (per-channel mean and
 std), then scaled by s ~ U[scale_min, scale_max] (bilinear; the mask nearest),
@@ -44,6 +38,7 @@ import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
 from attention_lab.data.builders.ade20k_challenge import Ade20kChallenge
+from attention_lab.data.builders import pascal_context
 from attention_lab.data.builders.voc_segmentation import CLASSES as VOC_CLASSES
 from attention_lab.data.builders.voc_segmentation import VocSegmentation
 
@@ -76,6 +71,8 @@ DATASETS = {
     "ade20k_challenge": Dataset("image", "segmentation_mask", 150,
                                 tuple(f"class{k}" for k in range(1, 151)),
                                 builder=Ade20kChallenge),
+    "pascal_context": Dataset("image", "segmentation_mask", 59, pascal_context.CLASSES,
+                              builder=pascal_context.PascalContext),
     "cityscapes/semantic_segmentation": Dataset("image_left", "segmentation_label", 19,
                                                 CITYSCAPES_CLASSES),
 }
