@@ -20,7 +20,6 @@ where the ground truth (every box, crowd ones flagged) is kept.
 
 import dataclasses
 
-import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -38,17 +37,12 @@ class DetectionInfo:
   num_eval_examples: int
 
 
-def get_builder(config) -> tfds.core.DatasetBuilder:
-  name = config.dataset.name
-  if name not in DATASETS:
-    raise ValueError(f"dataset.name must be one of {DATASETS} for detection, got {name!r}")
-  if name in pipeline._EMBEDDED:  # pylint: disable=protected-access
-    return pipeline.get_builder(name, config.dataset.data_dir)
-  return tfds.builder(name, data_dir=config.dataset.data_dir or None)
+def _builder(config) -> tfds.core.DatasetBuilder:
+  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir, supported=DATASETS)
 
 
 def dataset_info(config) -> DetectionInfo:
-  builder = get_builder(config)
+  builder = _builder(config)
   splits = builder.info.splits
   return DetectionInfo(
       num_classes=builder.info.features["objects"]["label"].num_classes,
@@ -146,38 +140,24 @@ def train_iterator(config, *, local_batch_size: int, start_step: int = 0, source
   """
   d = config.dataset
   if source is None:
-    split = tfds.split_for_jax_process(d.train_split, drop_remainder=True)
-    source = get_builder(config).as_dataset(split=split, shuffle_files=False)
-  seed = config.seed * 1_000_003 + jax.process_index()
-  ds = source.repeat().enumerate()
-  ds = ds.shuffle(d.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    source = pipeline.process_examples(_builder(config), d.train_split, drop_remainder=True)
 
-  def map_fn(index, example):
-    pair = tf.stack([tf.constant(seed, tf.int64), index])
+  def augment(example, seed):
     return train_preprocess(example, size=d.image_size, scale_range=tuple(d.scale_range),
                             flip=d.flip, max_boxes=d.max_boxes, min_box_size=d.min_box_size,
-                            seed=pair)
+                            seed=seed)
 
-  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
-  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
+  return pipeline.resumable_batches(source, augment, seed=config.seed,
+                                    shuffle_buffer=d.shuffle_buffer,
+                                    batch_shape=(local_batch_size,), start_step=start_step)
 
 
-def eval_batches(config, *, local_batch_size: int, source=None, max_batches: int | None = None):
-  """One pass over this process's eval split, padded to full batches with a 'mask'."""
+def eval_batches(config, *, local_batch_size: int, source=None, limit: int | None = None):
+  """One pass over this process's eval split (its first `limit` examples), padded to full
+  batches with a 'mask'."""
   d = config.dataset
   if source is None:
-    split = tfds.split_for_jax_process(d.eval_split)
-    source = get_builder(config).as_dataset(split=split, shuffle_files=False)
-  ds = source.map(lambda ex: eval_preprocess(ex, size=d.image_size, max_boxes=d.eval_max_boxes),
-                  num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size).with_options(pipeline.tf_data_options())
-  if max_batches is not None:
-    ds = ds.take(max_batches)
-  for batch in tfds.as_numpy(ds):
-    n = len(batch["image"])
-    pad = local_batch_size - n
-    out = {k: np.pad(v, [(0, pad)] + [(0, 0)] * (v.ndim - 1)) for k, v in batch.items()}
-    out["mask"] = np.arange(local_batch_size) < n
-    yield out
+    source = pipeline.process_examples(_builder(config), d.eval_split)
+  return pipeline.padded_batches(
+      source, lambda ex: eval_preprocess(ex, size=d.image_size, max_boxes=d.eval_max_boxes),
+      batch_size=local_batch_size, limit=limit)

@@ -1,6 +1,6 @@
 """GAN input pipelines: images in [−1, 1] (RGB, side `config.dataset.image_size`) and labels.
 
-Datasets (TFDS builders, or the embedded ones of data/pipeline.py):
+Datasets (TFDS builders, or the embedded ones of data/builders):
 - `digits` (embedded, 32×32 grey, tiled to RGB; 10 classes);
 - `cifar10` (32×32, resized when image_size differs; 10 classes);
 - `celeb_a`: the heykeetae SAGAN recipe the Refined-SA paper ran: centre crop
@@ -24,7 +24,6 @@ import dataclasses
 import os
 
 import jax
-import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -64,10 +63,7 @@ def _celeba_files(image_dir: str, split: str) -> list[str]:
 
 
 def _builder(config):
-  name = config.dataset.name
-  if name in pipeline._EMBEDDED:  # pylint: disable=protected-access
-    return pipeline.get_builder(name, config.dataset.data_dir)
-  return tfds.builder(name, data_dir=config.dataset.data_dir or None)
+  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir)
 
 
 def dataset_info(config) -> GanDataInfo:
@@ -91,7 +87,7 @@ def _dataset(config, split: str, *, per_process: bool, drop_remainder: bool = Fa
         lambda f: {"image": tf.io.decode_image(tf.io.read_file(f), channels=3,
                                                expand_animations=False)})
   if per_process:
-    split = tfds.split_for_jax_process(split, drop_remainder=drop_remainder)
+    return pipeline.process_examples(_builder(config), split, drop_remainder=drop_remainder)
   return _builder(config).as_dataset(split=split, shuffle_files=False)
 
 
@@ -121,13 +117,11 @@ def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: i
   """Endless numpy batches {"image": (B, d_steps, S, S, 3), "label": (B, d_steps)} for this
   process, positioned at `start_step`."""
   _check(config)
-  ds = _dataset(config, config.dataset.train_split, per_process=True, drop_remainder=True)
-  seed = config.seed * 1_000_003 + jax.process_index()
-  ds = ds.repeat().shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * d_steps * local_batch_size)  # before the map: resuming preprocesses nothing
-  ds = ds.map(lambda ex: preprocess(config, ex), num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(d_steps, drop_remainder=True).batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
+  examples = _dataset(config, config.dataset.train_split, per_process=True, drop_remainder=True)
+  return pipeline.resumable_batches(
+      examples, lambda example, _: preprocess(config, example), seed=config.seed,
+      shuffle_buffer=config.dataset.shuffle_buffer, batch_shape=(local_batch_size, d_steps),
+      start_step=start_step)
 
 
 def real_images(config, split: str, *, limit: int, batch_size: int = 256):

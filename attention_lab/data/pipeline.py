@@ -1,22 +1,27 @@
-"""TFDS input pipelines: deterministic, resumable, per-process.
+"""TFDS input pipelines: one builder lookup, one resumable training stream, padded
+evaluation batches; and the classification pipeline.
 
-Training streams are a pure function of (config seed, step): shuffling uses a
-fixed seed, augmentation uses stateless random ops seeded by (seed, example
-index), and a resumed run skips the batches it has already consumed, so a run
+Training streams are a pure function of (config seed, process, step): shuffling uses
+a fixed seed, augmentation uses stateless random ops seeded by (seed, example
+index), and a resumed run skips the examples it has already consumed, so a run
 stopped at step s and resumed sees exactly the batches of an uninterrupted run.
 Each process reads its own slice of the split (`tfds.split_for_jax_process`).
+Every task module (classification here, segmentation, detection, restoration,
+gan) builds its stream with `resumable_batches` and its evaluation batches with
+`padded_batches`, passing its own decode and augmentation functions.
 """
 
 import dataclasses
+import math
 import os
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from attention_lab.data.builders.digit_scenes import DigitScenes
-from attention_lab.data.builders.digits import Digits
+from attention_lab.data.builders import BUILDERS
 
 # Per-channel mean and std of the pixel values in [0, 1].
 _STATS = {
@@ -25,7 +30,92 @@ _STATS = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
     "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
-_EMBEDDED = {"digits": Digits, "digit_scenes": DigitScenes}
+
+
+def get_builder(name: str, data_dir: str | None = None, manual_dir: str | None = None, *,
+                supported: Collection[str] | None = None) -> tfds.core.DatasetBuilder:
+  """The TFDS builder of dataset `name` ("family" or "family/config"), ready to read.
+
+  `supported`: the names the caller's task reads (others are a ValueError).
+
+  Our builders (data/builders) are prepared on first use: the generated ones here,
+  the manual-download ones from `manual_dir` (TFDS's default manual directory,
+  <data_dir>/downloads/manual, when empty). TFDS catalogue datasets that need a
+  manual download (Cityscapes, ImageNet) are prepared from `manual_dir` too; the
+  others are read as `tfds build` prepared them. "" means the TFDS default.
+  """
+  if supported is not None and name not in supported:
+    raise ValueError(f"dataset.name must be one of {sorted(supported)}, got {name!r}")
+  data_dir, manual_dir = data_dir or None, manual_dir or None
+  family, _, variant = name.partition("/")
+  if family not in BUILDERS:
+    builder = tfds.builder(name, data_dir=data_dir)
+    if builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not builder.is_prepared():
+      builder.download_and_prepare(
+          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+    return builder
+  builder = BUILDERS[family](data_dir=data_dir, **({"config": variant} if variant else {}))
+  if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+    builder.download_and_prepare()
+  elif not builder.is_prepared():
+    manual_dir = manual_dir or os.path.join(builder.data_dir_root, "downloads", "manual")
+    if not os.path.isdir(manual_dir):
+      raise ValueError(f"manual_dir must name the downloaded files of {name!r} (see "
+                       f"{BUILDERS[family].__module__}); {manual_dir} is not a folder")
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  return builder
+
+
+def process_examples(builder: tfds.core.DatasetBuilder, split: str, *,
+                     drop_remainder: bool = False) -> tf.data.Dataset:
+  """This process's slice of `split`, in stored order (drop_remainder: equal slices)."""
+  split = tfds.split_for_jax_process(split, drop_remainder=drop_remainder)
+  return builder.as_dataset(split=split, shuffle_files=False)
+
+
+def resumable_batches(examples: tf.data.Dataset, augment: Callable, *, seed: int,
+                      shuffle_buffer: int, batch_shape: tuple[int, ...],
+                      start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+  """Endless numpy batches of `augment(example, seed)` over this process's `examples`.
+
+  The examples repeat endlessly, shuffled with the seed `seed`·1,000,003 + process
+  index; `augment` receives a stateless seed (int64 [2]: that seed and the example's
+  index in the endless stream, so every epoch augments afresh). A stream resumed at
+  `start_step` skips the raw examples of the earlier steps before `augment`:
+  resuming augments nothing. `batch_shape` is one step's leading axes: (B,), or
+  (B, K) for K consecutive examples per row (the GAN's K discriminator updates).
+  """
+  seed = seed * 1_000_003 + jax.process_index()
+
+  def augment_indexed(index, example):
+    return augment(example, tf.stack([tf.constant(seed, tf.int64), index]))
+
+  ds = examples.repeat().enumerate()
+  ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.skip(start_step * math.prod(batch_shape))
+  ds = ds.map(augment_indexed, num_parallel_calls=tf.data.AUTOTUNE)
+  for size in reversed(batch_shape):
+    ds = ds.batch(size, drop_remainder=True)
+  return iter(tfds.as_numpy(ds.with_options(tf_data_options()).prefetch(2)))
+
+
+def padded_batches(examples: tf.data.Dataset, preprocess: Callable, *, batch_size: int,
+                   limit: int | None = None, pad_values: Mapping[str, int] | None = None
+                   ) -> Iterator[dict[str, np.ndarray]]:
+  """One pass over `examples` (the first `limit` of them) mapped by `preprocess`, in
+  numpy batches of exactly `batch_size`: the last one is padded (with 0, or
+  pad_values[key]) and every batch has a bool "mask" of its real examples."""
+  if limit is not None:
+    examples = examples.take(limit)
+  ds = examples.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+  for batch in tfds.as_numpy(ds.with_options(tf_data_options())):
+    n = len(next(iter(batch.values())))
+    pad = batch_size - n
+    out = {k: np.pad(v, [(0, pad)] + [(0, 0)] * (v.ndim - 1),
+                     constant_values=(pad_values or {}).get(k, 0)) for k, v in batch.items()}
+    out["mask"] = np.arange(batch_size) < n
+    yield out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,20 +126,12 @@ class DatasetInfo:
   num_eval_examples: int
 
 
-def get_builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
-  """The TFDS builder for `name`; embedded datasets are prepared locally on first use."""
-  data_dir = data_dir or None  # "" in configs means the TFDS default directory.
-  if name in _EMBEDDED:
-    builder = _EMBEDDED[name](data_dir=data_dir)
-    builder.download_and_prepare()
-    return builder
-  if name not in _STATS:
-    raise ValueError(f"dataset name must be one of {sorted(_STATS)}, got {name!r}")
-  return tfds.builder(name, data_dir=data_dir)
+def _builder(config) -> tfds.core.DatasetBuilder:
+  return get_builder(config.dataset.name, config.dataset.data_dir, supported=_STATS)
 
 
 def dataset_info(config) -> DatasetInfo:
-  builder = get_builder(config.dataset.name, config.dataset.data_dir)
+  builder = _builder(config)
   size = config.dataset.image_size
   return DatasetInfo(
       num_classes=builder.info.features["label"].num_classes,
@@ -143,34 +225,15 @@ def tf_data_options() -> tf.data.Options:
 
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of numpy batches for this process, positioned at `start_step`."""
-  builder = get_builder(config.dataset.name, config.dataset.data_dir)
-  split = tfds.split_for_jax_process(config.dataset.train_split, drop_remainder=True)
-  ds = builder.as_dataset(split=split, shuffle_files=False)
-  ds = ds.repeat().enumerate()  # index over the endless stream: fresh augmentation per epoch
-  seed = config.seed * 1_000_003 + jax.process_index()
-
-  def map_fn(index, example):
-    pair = tf.stack([tf.constant(seed, tf.int64), index])
-    return preprocess(config, example, train=True, seed=pair)
-
-  ds = ds.shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
-  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(tf_data_options()).prefetch(2)))
+  examples = process_examples(_builder(config), config.dataset.train_split, drop_remainder=True)
+  return resumable_batches(
+      examples, lambda example, seed: preprocess(config, example, train=True, seed=seed),
+      seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
+      batch_shape=(local_batch_size,), start_step=start_step)
 
 
 def eval_batches(config, *, local_batch_size: int):
   """One pass over this process's eval split, padded to full batches with a 'mask'."""
-  builder = get_builder(config.dataset.name, config.dataset.data_dir)
-  split = tfds.split_for_jax_process(config.dataset.eval_split)
-  ds = builder.as_dataset(split=split, shuffle_files=False)
-  ds = ds.map(lambda ex: preprocess(config, ex, train=False), num_parallel_calls=tf.data.AUTOTUNE)
-  for batch in tfds.as_numpy(ds.batch(local_batch_size).with_options(tf_data_options())):
-    n = len(batch["label"])
-    pad = local_batch_size - n
-    yield {
-        "image": np.pad(batch["image"], [(0, pad)] + [(0, 0)] * 3),
-        "label": np.pad(batch["label"], (0, pad)),
-        "mask": np.arange(local_batch_size) < n,
-    }
+  examples = process_examples(_builder(config), config.dataset.eval_split)
+  return padded_batches(examples, lambda example: preprocess(config, example, train=False),
+                        batch_size=local_batch_size)

@@ -25,17 +25,12 @@ reads its own slice of the split.
 
 import dataclasses
 
-import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
-from attention_lab.data.builders.care import Care
-from attention_lab.data.builders.photos import RestorationPhotos
-from attention_lab.data.builders.synthetic_volumes import SyntheticVolumes
 
-_EMBEDDED = {"restoration_photos": RestorationPhotos, "synthetic_volumes": SyntheticVolumes}
 NAMES = ("restoration_photos", "synthetic_volumes/denoising", "synthetic_volumes/projection",
          "care/planaria", "care/tribolium", "care/flywing")
 
@@ -49,29 +44,13 @@ class RestorationInfo:
   num_eval_examples: int
 
 
-def get_builder(config) -> tfds.core.DatasetBuilder:
-  """The TFDS builder of config.dataset.name, prepared (embedded data is generated locally)."""
-  name = config.dataset.name
-  if name not in NAMES:
-    raise ValueError(f"dataset.name must be one of {NAMES}, got {name!r}")
-  family, _, variant = name.partition("/")
-  data_dir = config.dataset.get("data_dir") or None
-  if family in _EMBEDDED:
-    builder = _EMBEDDED[family](data_dir=data_dir, **({"config": variant} if variant else {}))
-    builder.download_and_prepare()
-    return builder
-  manual_dir = config.dataset.get("manual_dir") or None
-  builder = Care(config=variant, data_dir=data_dir)
-  if manual_dir is None and not builder.is_prepared():
-    raise ValueError(f"dataset.manual_dir must name the unpacked CARE folder for {name!r} "
-                     "(see attention_lab/data/builders/care.py)")
-  builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-  return builder
+def _builder(config) -> tfds.core.DatasetBuilder:
+  return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
+                              config.dataset.get("manual_dir"), supported=NAMES)
 
 
 def dataset_info(config) -> RestorationInfo:
-  builder = get_builder(config)
+  builder = _builder(config)
   features = builder.info.features
   splits = builder.info.splits
   for field in ("train_split", "eval_split"):
@@ -125,25 +104,20 @@ def _augment(x, y, seed):
 
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
-  builder = get_builder(config)
   patch = tuple(config.dataset.patch_size)
-  split = tfds.split_for_jax_process(config.dataset.train_split, drop_remainder=True)
-  ds = builder.as_dataset(split=split, shuffle_files=False).repeat().enumerate()
-  seed = config.seed * 1_000_003 + jax.process_index()
   augment = config.dataset.get("augment", False)
 
-  def map_fn(index, example):
-    pair = tf.stack([tf.constant(seed, tf.int64), index])
-    x, y = _crop_pair(example, patch, pair)
+  def crop(example, seed):
+    x, y = _crop_pair(example, patch, seed)
     if augment:
-      x, y = _augment(x, y, pair + 1)
+      x, y = _augment(x, y, seed + 1)
     return {"input": x, "target": y}
 
-  ds = ds.shuffle(config.dataset.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming crops nothing
-  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
+  examples = pipeline.process_examples(_builder(config), config.dataset.train_split,
+                                       drop_remainder=True)
+  return pipeline.resumable_batches(examples, crop, seed=config.seed,
+                                    shuffle_buffer=config.dataset.shuffle_buffer,
+                                    batch_shape=(local_batch_size,), start_step=start_step)
 
 
 def eval_examples(config):
@@ -151,8 +125,7 @@ def eval_examples(config):
 
   Inputs are percentile-normalised when config.dataset.input_percentiles is set.
   """
-  builder = get_builder(config)
-  ds = builder.as_dataset(split=config.dataset.eval_split, shuffle_files=False)
+  ds = _builder(config).as_dataset(split=config.dataset.eval_split, shuffle_files=False)
   percentiles = config.dataset.get("input_percentiles")
   for index, example in enumerate(tfds.as_numpy(ds)):
     x = example["input"].astype(np.float32)

@@ -31,16 +31,13 @@ scales and flipped.
 
 import dataclasses
 
-import jax
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
-from attention_lab.data.builders.ade20k_challenge import Ade20kChallenge
-from attention_lab.data.builders import pascal_context
+from attention_lab.data.builders.pascal_context import CLASSES as PASCAL_CONTEXT_CLASSES
 from attention_lab.data.builders.voc_segmentation import CLASSES as VOC_CLASSES
-from attention_lab.data.builders.voc_segmentation import VocSegmentation
 
 IGNORE = 255
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -59,20 +56,16 @@ class Dataset:
   num_classes: int
   class_names: tuple[str, ...]
   stats: tuple[tuple[float, ...], tuple[float, ...]] = IMAGENET_STATS
-  builder: type | None = None  # a manual_dir builder of ours; None: TFDS or embedded
 
 
 DATASETS = {
     "digit_scenes": Dataset("image", "mask", 11, ("background",) + tuple(map(str, range(10))),
                             # measured on 1,000 train scenes
                             ((0.173, 0.172, 0.178), (0.132, 0.131, 0.130))),
-    "voc_segmentation": Dataset("image", "segmentation_mask", 21, VOC_CLASSES,
-                                builder=VocSegmentation),
+    "voc_segmentation": Dataset("image", "segmentation_mask", 21, VOC_CLASSES),
     "ade20k_challenge": Dataset("image", "segmentation_mask", 150,
-                                tuple(f"class{k}" for k in range(1, 151)),
-                                builder=Ade20kChallenge),
-    "pascal_context": Dataset("image", "segmentation_mask", 59, pascal_context.CLASSES,
-                              builder=pascal_context.PascalContext),
+                                tuple(f"class{k}" for k in range(1, 151))),
+    "pascal_context": Dataset("image", "segmentation_mask", 59, PASCAL_CONTEXT_CLASSES),
     "cityscapes/semantic_segmentation": Dataset("image_left", "segmentation_label", 19,
                                                 CITYSCAPES_CLASSES),
 }
@@ -85,20 +78,9 @@ def dataset(name: str) -> Dataset:
   return DATASETS[name]
 
 
-def get_builder(config) -> tfds.core.DatasetBuilder:
-  """The builder of config.dataset; manual_dir builders are prepared on first use from
-  `config.dataset.manual_dir` (or TFDS's default manual directory)."""
-  name, data_dir = config.dataset.name, config.dataset.get("data_dir") or None
-  spec = dataset(name)
-  if spec.builder is None and name in pipeline._EMBEDDED:  # pylint: disable=protected-access
-    return pipeline.get_builder(name, data_dir)
-  builder = (tfds.builder(name, data_dir=data_dir) if spec.builder is None
-             else spec.builder(data_dir=data_dir))
-  if not builder.is_prepared():
-    manual_dir = config.dataset.get("manual_dir") or None
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-  return builder
+def _builder(config) -> tfds.core.DatasetBuilder:
+  return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
+                              config.dataset.get("manual_dir"), supported=DATASETS)
 
 
 def _label_table(name: str):
@@ -165,49 +147,33 @@ def eval_preprocess(image, label, *, size: int):
 
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of this process's batches {"image", "label"}, positioned at start_step."""
-  builder = get_builder(config)
-  split = tfds.split_for_jax_process(config.dataset.train_split, drop_remainder=True)
-  ds = builder.as_dataset(split=split, shuffle_files=False).repeat().enumerate()
-  seed = config.seed * 1_000_003 + jax.process_index()
   d = config.dataset
 
-  def map_fn(index, example):
-    pair = tf.stack([tf.constant(seed, tf.int64), index])
-    image, label = decode(config, example)
-    image, label = train_preprocess(image, label, crop=d.crop_size,
+  def augment(example, seed):
+    image, label = train_preprocess(*decode(config, example), crop=d.crop_size,
                                     scale_range=(d.scale_min, d.scale_max), flip=d.flip,
-                                    seed=pair)
+                                    seed=seed)
     return {"image": image, "label": label}
 
-  ds = ds.shuffle(d.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * local_batch_size)  # before the map: resuming augments nothing
-  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
-  ds = ds.batch(local_batch_size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(pipeline.tf_data_options()).prefetch(2)))
+  examples = pipeline.process_examples(_builder(config), d.train_split, drop_remainder=True)
+  return pipeline.resumable_batches(examples, augment, seed=config.seed,
+                                    shuffle_buffer=d.shuffle_buffer,
+                                    batch_shape=(local_batch_size,), start_step=start_step)
 
 
 def eval_batches(config, *, local_batch_size: int, limit: int | None = None):
-  """One pass over this process's eval split: {"image", "label", "mask"}, padded to full
-  batches (padded examples have mask False and every label 255)."""
-  builder = get_builder(config)
-  split = tfds.split_for_jax_process(config.dataset.eval_split)
-  ds = builder.as_dataset(split=split, shuffle_files=False)
-  if limit is not None:
-    ds = ds.take(limit)
-  size = config.dataset.eval_size
+  """One pass over this process's eval split (its first `limit` examples): {"image",
+  "label", "mask"}, padded to full batches (padded examples have mask False and every
+  label 255)."""
 
-  def map_fn(example):
-    image, label = eval_preprocess(*decode(config, example), size=size)
+  def preprocess(example):
+    image, label = eval_preprocess(*decode(config, example), size=config.dataset.eval_size)
     return {"image": image, "label": label}
 
-  ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(local_batch_size)
-  for batch in tfds.as_numpy(ds.with_options(pipeline.tf_data_options())):
-    n = len(batch["label"])
-    pad = local_batch_size - n
-    yield {"image": np.pad(batch["image"], [(0, pad)] + [(0, 0)] * 3),
-           "label": np.pad(batch["label"], [(0, pad), (0, 0), (0, 0)], constant_values=IGNORE),
-           "mask": np.arange(local_batch_size) < n}
+  examples = pipeline.process_examples(_builder(config), config.dataset.eval_split)
+  return pipeline.padded_batches(examples, preprocess, batch_size=local_batch_size, limit=limit,
+                                 pad_values={"label": IGNORE})
 
 
 def num_examples(config, split: str) -> int:
-  return get_builder(config).info.splits[split].num_examples
+  return _builder(config).info.splits[split].num_examples

@@ -8,7 +8,7 @@ from PIL import Image
 
 from attention_lab.data import segmentation as seg
 from attention_lab.data.builders import pascal_context
-from tests.data.test_segmentation_data import _config, _jpeg
+from tests.data.test_segmentation_data import _builder, _config, _jpeg
 
 
 def write_fake_pascal_context(manual, splits):
@@ -36,7 +36,7 @@ def test_builder_reads_the_lists_and_reduces_the_zero_label(tmp_path):
   raw = write_fake_pascal_context(tmp_path / "manual", splits)
   # An image without a list entry (VOC2010 holds more images than the benchmark uses).
   _jpeg(tmp_path / "manual" / pascal_context.ROOT / "JPEGImages" / "2010_009999.jpg", 5, 5, 9)
-  builder = seg.get_builder(_config("pascal_context", tmp_path / "data", tmp_path / "manual"))
+  builder = _builder(_config("pascal_context", tmp_path / "data", tmp_path / "manual"))
   assert seg.dataset("pascal_context").num_classes == 59 == len(pascal_context.CLASSES)
   for split, ids in splits.items():
     assert builder.info.splits[split].num_examples == len(ids)

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
@@ -72,3 +73,51 @@ def test_real_loaders_on_mock_data(config, name, size, crop):
     assert batch["image"].shape == (4, size, size, 3) and np.all(np.isfinite(batch["image"]))
     eval_batch = next(pipeline.eval_batches(config, local_batch_size=4))
     assert eval_batch["image"].shape == (4, size, size, 3)
+
+
+def test_resumable_batches_seeds_shuffles_groups_and_skips_before_augmenting():
+  """The one training recipe: the repeated source shuffled, augment seeded by
+  (seed·1,000,003 + process, stream index), rows of K consecutive examples, and a
+  resumed stream that continues the fresh one without augmenting what it skips."""
+  source = tf.data.Dataset.from_tensor_slices({"x": np.arange(12, dtype=np.int64)})
+  augmented = []
+
+  def augment(example, seed):
+    record = lambda s: augmented.append(int(s[1])) or s  # the stream index augmented
+    seed = tf.py_function(record, [seed], tf.int64)
+    return {"x": example["x"], "seed": tf.ensure_shape(seed, [2])}
+
+  def stream(start_step):
+    return pipeline.resumable_batches(source, augment, seed=3, shuffle_buffer=12,
+                                      batch_shape=(2, 3), start_step=start_step)
+
+  first = stream(0)
+  fresh = [next(first) for _ in range(6)]
+  assert fresh[0]["x"].shape == fresh[0]["seed"].shape[:2] == (2, 3)
+  xs = np.concatenate([b["x"].ravel() for b in fresh])
+  seeds = np.concatenate([b["seed"].reshape(-1, 2) for b in fresh])
+  np.testing.assert_array_equal(seeds[:, 0], 3 * 1_000_003)
+  np.testing.assert_array_equal(seeds[:, 1] % 12, xs)  # the example's index in the repeated source
+  assert len(set(seeds[:, 1])) == len(seeds)  # each drawn once: fresh augmentation every epoch
+  assert not np.array_equal(xs[:12], np.arange(12))  # shuffled
+  augmented.clear()
+  resumed = stream(4)
+  for expected in fresh[4:]:
+    got = next(resumed)
+    for key in expected:
+      np.testing.assert_array_equal(got[key], expected[key])
+  skipped = set(seeds[:4 * 6, 1])
+  assert augmented and not skipped & set(augmented)
+
+
+def test_padded_batches_pad_the_last_batch_and_mask_it():
+  source = tf.data.Dataset.from_tensor_slices({"x": np.arange(5, dtype=np.int32)})
+  double = lambda ex: {"x": ex["x"] * 2, "y": ex["x"] + 1}
+  batches = list(pipeline.padded_batches(source, double, batch_size=2, pad_values={"y": 255}))
+  np.testing.assert_array_equal(np.stack([b["x"] for b in batches]), [[0, 2], [4, 6], [8, 0]])
+  np.testing.assert_array_equal(np.stack([b["y"] for b in batches]), [[1, 2], [3, 4], [5, 255]])
+  np.testing.assert_array_equal(np.stack([b["mask"] for b in batches]),
+                                [[True, True], [True, True], [True, False]])
+  limited = list(pipeline.padded_batches(source, double, batch_size=2, limit=3))
+  np.testing.assert_array_equal(np.stack([b["x"] for b in limited]), [[0, 2], [4, 0]])
+  assert [b["mask"].sum() for b in limited] == [2, 1]

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tifffile
 
+from attention_lab.data import pipeline
 from attention_lab.data import restoration as data
 from attention_lab.data.builders import care, photos, synthetic_volumes
 
@@ -46,7 +47,8 @@ def test_care_builder_reads_npz_and_tiffs(tmp_path, variant):
   info = data.dataset_info(config)
   assert (info.input_rank, info.target_rank) == (3, 2 if projection else 3)
   assert (info.num_train_examples, info.num_eval_examples, info.channels) == (5, 2, 1)
-  builder = data.get_builder(config)
+  builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                                 config.dataset.manual_dir)
   assert set(builder.info.splits) == {"train", "test_condition_1", "test_condition_2"}
   batch = next(data.train_iterator(config, local_batch_size=2))
   assert batch["input"].shape == (2, 6, 8, 8, 1)
@@ -75,7 +77,8 @@ def test_care_axes_to_channels_last():
 def test_care_needs_manual_dir(tmp_path):
   config = _config("care/tribolium", tmp_path, (8, 16, 16))
   with pytest.raises(ValueError, match="manual_dir"):
-    data.get_builder(config)
+    pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                         config.dataset.manual_dir)
 
 
 def test_photo_splits_are_disjoint_real_photos(tmp_path):

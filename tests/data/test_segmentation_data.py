@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
+from attention_lab.data import pipeline
 from attention_lab.data import segmentation as seg
 from configs.segmentation import default
 
@@ -34,6 +35,11 @@ def _config(name, data_dir, manual_dir, **dataset):
       "name": name, "data_dir": str(data_dir), "manual_dir": str(manual_dir), **dataset}})
 
 
+def _builder(config):
+  d = config.dataset
+  return pipeline.get_builder(d.name, d.data_dir, d.manual_dir)
+
+
 def test_voc_builder_reads_palette_indices_and_the_sbd_split(tmp_path):
   root = tmp_path / "manual" / "VOCdevkit" / "VOC2012"
   for folder in ("JPEGImages", "SegmentationClass", "SegmentationClassAug",
@@ -52,7 +58,7 @@ def test_voc_builder_reads_palette_indices_and_the_sbd_split(tmp_path):
     Image.fromarray(aug[:masks[image_id].shape[0], :masks[image_id].shape[1]]).save(
         root / "SegmentationClassAug" / f"{image_id}.png")
   config = _config("voc_segmentation", tmp_path / "data", tmp_path / "manual")
-  builder = seg.get_builder(config)
+  builder = _builder(config)
   splits = {s: {ex["image_id"].decode(): ex for ex in tfds.as_numpy(builder.as_dataset(split=s))}
             for s in ("train", "val", "train_aug")}
   assert sorted(splits["train"]) == ["2007_000001", "2007_000002"]
@@ -81,7 +87,7 @@ def test_ade20k_builder_shifts_zero_to_ignore(tmp_path):
       masks[name] = np.random.default_rng(k).integers(0, 151, (6 + k, 11)).astype(np.uint8)
       masks[name][0, 0], masks[name][0, 1] = 0, 150
       Image.fromarray(masks[name]).save(root / "annotations" / folder / f"{name}.png")
-  builder = seg.get_builder(_config("ade20k_challenge", tmp_path / "data", tmp_path / "manual"))
+  builder = _builder(_config("ade20k_challenge", tmp_path / "data", tmp_path / "manual"))
   assert builder.info.splits["train"].num_examples == 2
   for ex in tfds.as_numpy(builder.as_dataset(split="validation")):
     raw = masks[ex["image_id"].decode()]
@@ -189,7 +195,7 @@ def test_cityscapes_tfds_builder_on_fake_zips_gives_train_ids(tmp_path):
           Image.fromarray(images[split]).save(path)
         archive.write(path, f"{root}/{split}/aachen/aachen_000000_000019_{suffix}.png")
   config = _config("cityscapes/semantic_segmentation", tmp_path / "data", manual)
-  builder = seg.get_builder(config)
+  builder = _builder(config)
   example = next(iter(builder.as_dataset(split="validation")))
   _, label = seg.decode(config, example)
   row = label.numpy()[0, :256, 0]

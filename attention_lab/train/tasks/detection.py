@@ -164,9 +164,9 @@ class Detection(base.Task):
     return {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
 
   def evaluate(self, state):
-    limit = self.config.get("eval_max_batches") or None
+    limit = self.config.get("eval_max_batches", 0) * self.env.local_batch_size or None
     batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
-                                max_batches=limit)
+                                limit=limit)
     out = self._gathered_outputs(state, batches)
     stats = coco_map(out, self.num_classes)
     return {f"eval_{k}": stats[k] for k in _REPORTED}
@@ -176,7 +176,7 @@ class Detection(base.Task):
     if not count:
       return {}
     batch = next(data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
-                                   max_batches=1))
+                                   limit=self.env.local_batch_size))
     out = self._gathered_outputs(state, [batch])
     images = data.denormalize(batch["image"][:count])
     drawn = [draw_boxes(images[i], out["boxes"][i][out["box_mask"][i]] * out["scale"][i],
