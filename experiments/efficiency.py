@@ -350,16 +350,35 @@ def _concrete(args, key=0):
   return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
 
 
+def _fused_module(config) -> tuple[str | None, str | None]:
+  """(kernel, reason not run) of the baseline SA with the device's fused attention.
+
+  SA is one head over all channels in float32 (the table's module), so q is
+  (B, side², 1, channels)."""
+  kernel = fused_kernel(config)
+  if not kernel or config.baseline != "sa":
+    return None, None
+  q = jax.ShapeDtypeStruct((config.batch, config.side**2, 1, config.channels), jnp.float32)
+  return kernel, fused_lib.unsupported_reason(kernel, q, q, q)
+
+
 def run_modules(config) -> dict:
   rows = []
   side, channels = config.side, config.channels
   programs, results = {}, {}
-  for name in config.modules:
-    model = build_module(name, channels, config)
+  kernel, fused_reason = _fused_module(config)
+  names = list(config.modules) + (["sa_fused"] if kernel and not fused_reason else [])
+  for name in names:
+    model = build_module(name.removesuffix("_fused"), channels, config)
     r = dict(module=name, size=f"{config.batch}×{side}²×{channels}", params=params_of(model))
     for program in ("infer", "train"):
-      model = build_module(name, channels, config)
-      fn, acct, compiled, args = module_program(model, program, config.batch, side, channels)
+      model = build_module(name.removesuffix("_fused"), channels, config)
+      if name.endswith("_fused"):
+        with fused_lib.replaced_regular_attention(kernel):
+          fn, acct, compiled, args = module_program(model, program, config.batch, side,
+                                                    channels)
+      else:
+        fn, acct, compiled, args = module_program(model, program, config.batch, side, channels)
       if program == "infer":
         r["madd"] = madd_of(fn, *args) / config.batch
       if name.startswith("ham") and config.ham_loop_corrected_flops:
@@ -376,16 +395,20 @@ def run_modules(config) -> dict:
       results[name][program]["time_s"] = t["time_s"]
       results[name][program]["time_samples"] = t["samples"]
   base = results[config.baseline]
-  for name in config.modules:
+  regular = [n for n in (config.baseline, "sa_fused") if n in results]
+  for name in names:
     r = results[name]
     for program in ("infer", "train"):
       r[program]["speedup"] = base[program]["time_s"] / r[program]["time_s"]
       r[program]["memory_saving"] = 1 - r[program]["total_bytes"] / base[program]["total_bytes"]
+      fastest = min(results[n][program]["time_s"] for n in regular)
+      r[program]["speedup_vs_fastest_regular"] = fastest / r[program]["time_s"]
     r["paper"] = config.paper.get(name)
     rows.append(r)
     print({k: v for k, v in r.items()}, flush=True)
   sweep = run_module_sweep(config)
-  return {"rows": rows, "sweep": sweep}
+  fused = None if not kernel else {"label": fused_lib.LABELS[kernel], "reason": fused_reason}
+  return {"rows": rows, "sweep": sweep, "fused": fused}
 
 
 def run_module_sweep(config) -> list:
@@ -451,6 +474,20 @@ def modules_markdown(config, result, m) -> str:
         f"{i['speedup']:.1f}× / {t['speedup']:.1f}× | {pspeed} | "
         f"{100 * i['memory_saving']:.1f}% / {100 * t['memory_saving']:.1f}% | {psaved} |")
   del fmt
+  fused = result.get("fused")
+  if fused is None:
+    lines += ["", "Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none "
+              "on this device; the speed-ups are against XLA's SA."]
+  elif fused["reason"]:
+    lines += ["", f"{fused['label']}: SA not run with it: {fused['reason']}; the speed-ups are "
+              "against XLA's SA."]
+  else:
+    lines += ["", f"Speed-ups against the fastest regular attention here (XLA's SA or "
+              f"{fused['label']}), infer / train: " + ", ".join(
+                  f"{LABELS.get(r['module'], fused['label'])} "
+                  f"{r['infer']['speedup_vs_fastest_regular']:.1f}× / "
+                  f"{r['train']['speedup_vs_fastest_regular']:.1f}×" for r in result["rows"])
+              + "."]
   lines += _sweep_lines(config, result["sweep"], "inference")
   if config.get("notes"):
     lines += ["", "## Notes", "", config.notes]

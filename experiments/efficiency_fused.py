@@ -129,6 +129,9 @@ def fused_attention(kernel: str):
 def replaced_regular_attention(kernel: str):
   """While active, `ops.dot_product_attention` runs its softmax form with `kernel`.
 
+  Where the kernel's rules exclude a call's shapes or dtype, tracing raises
+  NotImplementedError with the reason (`unsupported_reason`).
+
   Only the softmax form is replaced ("mean" is untouched); `query_chunk_size`
   is ignored, as a flash kernel never forms the (Nq, Nk) logits. The layers
   keep their own projections, norms and scales. JAX's trace caches
@@ -145,6 +148,9 @@ def replaced_regular_attention(kernel: str):
       return original(q, k, v, scale=scale, bias=bias, normalization=normalization,
                       query_chunk_size=query_chunk_size)
     attention_ops.check_qkv(q, k, v)
+    reason = unsupported_reason(kernel, q, k, v, bias=bias)
+    if reason:
+      raise NotImplementedError(reason)
     return attend(q, k, v, scale=attention_ops.default_scale(q, scale), bias=bias)
 
   jax.clear_caches()

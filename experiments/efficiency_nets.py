@@ -36,9 +36,10 @@ from experiments import measure
 GB = 1e9
 
 
-def _model(name: str, overrides: dict, image_size: int, abstract: bool):
+def _model(name: str, overrides: dict, image_size: int, abstract: bool, dtype: str = "float32"):
+  """The network with float32 parameters computing in `dtype`."""
   build = lambda: models.create(name, num_classes=1000, rngs=nnx.Rngs(0),
-                                image_size=image_size, **overrides)
+                                image_size=image_size, **{"dtype": dtype, **overrides})
   model = nnx.eval_shape(build) if abstract else build()
   model.train()
   return model
@@ -65,13 +66,17 @@ def train_step_program(model, tx):
   return step, (params, rest, opt_state)
 
 
+def _dtype(config) -> str:
+  return config.get("dtype", "float32")
+
+
 def _optimizer(config):
   return optax.sgd(config.learning_rate, momentum=0.9)
 
 
 def memory_at(name, overrides, config) -> dict:
   """XLA accounting of one train step at the paper's batch, compiled from shapes only."""
-  model = _model(name, overrides, config.image_size, abstract=True)
+  model = _model(name, overrides, config.image_size, abstract=True, dtype=_dtype(config))
   step, state = train_step_program(model, _optimizer(config))
   images = jax.ShapeDtypeStruct((config.paper_batch, config.image_size, config.image_size, 3),
                                 jnp.float32)
@@ -91,7 +96,7 @@ def memory_at(name, overrides, config) -> dict:
 def timed_program(name, overrides, config):
   """(compiled step, concrete args) at `time_batch`; the step donates nothing, so one set of
   arguments serves every timed call (the update is still computed and written out)."""
-  model = _model(name, overrides, config.image_size, abstract=False)
+  model = _model(name, overrides, config.image_size, abstract=False, dtype=_dtype(config))
   step, state = train_step_program(model, _optimizer(config))
   key = jax.random.key(1)
   images = jax.random.normal(key, (config.time_batch, config.image_size, config.image_size, 3))
@@ -100,22 +105,57 @@ def timed_program(name, overrides, config):
   return jax.jit(step).lower(*args).compile(), args
 
 
-def run(config) -> dict:
-  rows, memory_cache, program_cache = [], {}, {}
-  for comparison in config.comparisons:
-    comparison = dict(comparison)
-    nets = [dict(n) for n in comparison["nets"]]
-    programs = {}
-    for net in nets:
-      overrides = dict(net.get("overrides", {}))
-      key = (net["model"], tuple(sorted(overrides.items())))
-      if key not in memory_cache:  # a baseline shared by two comparisons compiles once
+def _with_fused_attention(nets, config) -> list:
+  """The comparison's nets plus, for each net in `config.fused_nets`, the same net with the
+  device's fused regular attention (experiments/efficiency_fused.py; none on a CPU)."""
+  from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
+  choice = config.get("fused_attention", "auto")
+  kernel = efficiency_fused.kernel_for() if choice == "auto" else (
+      None if choice in ("none", "") else choice)
+  if not kernel:
+    return nets
+  extra = [dict(n, label=f"{n['label']} ({efficiency_fused.LABELS[kernel]})", fused=kernel,
+                paper=None)
+           for n in nets if n["label"] in tuple(config.get("fused_nets", ()))]
+  return nets + extra
+
+
+def _measured(net, config, memory_cache, program_cache):
+  """(memory, program) of a net, compiled once per (model, overrides, kernel)."""
+  from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
+  overrides = dict(net.get("overrides", {}))
+  kernel = net.get("fused")
+  key = (net["model"], tuple(sorted(overrides.items())), kernel)
+  if key not in memory_cache:  # a baseline shared by two comparisons compiles once
+    if kernel:
+      with efficiency_fused.replaced_regular_attention(kernel):
         memory_cache[key] = memory_at(net["model"], overrides, config)
         program_cache[key] = timed_program(net["model"], overrides, config)
-      net["memory"] = memory_cache[key]
+    else:
+      memory_cache[key] = memory_at(net["model"], overrides, config)
+      program_cache[key] = timed_program(net["model"], overrides, config)
+  return memory_cache[key], program_cache[key]
+
+
+def run(config) -> dict:
+  rows, memory_cache, program_cache, not_run = [], {}, {}, []
+  for comparison in config.comparisons:
+    comparison = dict(comparison)
+    nets = _with_fused_attention([dict(n) for n in comparison["nets"]], config)
+    programs = {}
+    for net in list(nets):
+      try:
+        net["memory"], programs[net["label"]] = _measured(net, config, memory_cache,
+                                                          program_cache)
+      except NotImplementedError as e:  # the fused kernel's rules exclude this net
+        if not net.get("fused"):
+          raise
+        nets.remove(net)
+        not_run.append({"label": net["label"], "reason": str(e)})
+        print(f"{net['label']}: not run: {e}", flush=True)
+        continue
       print(f"{net['label']}: peak {net['memory']['peak_bytes'] / GB:.2f} GB at batch "
             f"{config.paper_batch}", flush=True)
-      programs[net["label"]] = program_cache[key]
     times = measure.time_side_by_side(programs, config.repeats, config.min_sample_s)
     base = next(n for n in nets if n["label"] == comparison["baseline"])
     for net in nets:
@@ -136,8 +176,8 @@ def run(config) -> dict:
                                  else paper.get("time_ratio"))
       rows.append(dict(comparison=comparison["title"], baseline=comparison["baseline"], **net))
       print({k: v for k, v in net.items() if k != "time_samples"}, flush=True)
-    _write_partial(config, {"rows": rows, "goal": _goal(config, rows)})
-  return {"rows": rows, "goal": _goal(config, rows)}
+    _write_partial(config, {"rows": rows, "goal": _goal(config, rows), "fused_not_run": not_run})
+  return {"rows": rows, "goal": _goal(config, rows), "fused_not_run": not_run}
 
 
 def _write_partial(config, result):
@@ -168,7 +208,7 @@ def markdown(config, result, machine_line: str) -> str:
       f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
       f"--config=configs/efficiency/{config.table}.py`.", "",
       "One training step: forward, softmax cross-entropy, backward, SGD momentum update, "
-      "float32. **Memory**: XLA `memory_analysis()` of the step compiled (not run) for "
+      f"float32 parameters, {_dtype(config)} compute. **Memory**: XLA `memory_analysis()` of the step compiled (not run) for "
       f"{config.paper_batch}×{config.image_size}²×3, peak = temporaries + arguments + outputs − "
       "donated (aliased) bytes. **Time**: the step compiled for "
       f"{config.time_batch}×{config.image_size}²×3 and timed side by side with the other nets "
@@ -188,6 +228,8 @@ def markdown(config, result, machine_line: str) -> str:
         f"{_fmt(p.get('memory_gb'), '.1f')} | {r['memory_ratio']:.3f}× | "
         f"{_fmt(r['paper_memory_ratio'], '.3f', '×')} | {1e3 * r['time_s']:.0f} | "
         f"{r['time_ratio']:.3f}× | {_fmt(r['paper_time_ratio'], '.3f', '×')} |")
+  for r in result.get("fused_not_run") or []:
+    lines.append(f"| | {r['label']} | not run: {r['reason']} | | | | | | | | |")
   goal = result.get("goal") or {}
   if goal:
     lines += ["", f"Performance goal: {goal['what']}: measured {goal['ratio']:.3f}× — "

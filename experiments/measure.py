@@ -28,7 +28,7 @@ GIB = 2**30
 LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao": "SAO",
           "kao_kv": "KAO_KV", "kao_qkv": "KAO_QKV", "sa": "SA", "a2": "A²",
           "ham_cd": "Ham (CD)", "ham_nmf": "Ham (NMF)", "sagan": "SAGAN", "isagan": "ISAGAN",
-          "sgan": "SGAN"}
+          "sgan": "SGAN", "sa_fused": "SA (fused attention)"}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -55,6 +55,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.channels = 512
   config.modules = ("sa", "a2", "ham_cd", "ham_nmf")
   config.baseline = "sa"
+  # "auto": SA also with the device's fused attention (cuDNN flash on a GPU, Pallas flash on a
+  # TPU; none on a CPU) where its rules allow one 512-dim float32 head; or "none".
+  config.fused_attention = "auto"
   config.a2_features = 512
   config.ham_dim = 512
   config.ham_rank = 64

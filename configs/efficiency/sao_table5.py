@@ -78,6 +78,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.repeats = 5
   config.min_sample_s = 0.0
   config.goal_max_ratio = 1.10
+  config.dtype = "float32"  # compute dtype (parameters float32); the accelerator report adds bfloat16
+  # "auto": the nets in `fused_nets` also run with the device's fused regular attention
+  # (cuDNN flash on a GPU, Pallas flash on a TPU; none on a CPU), or "none".
+  config.fused_attention = "auto"
+  config.fused_nets = ("AttnNet",)
   config.out_dir = ""
   config.render_only = False  # True: re-render the md from the saved json, no measuring
   config.comparisons = (

@@ -270,3 +270,27 @@ def test_replaced_regular_attention_runs_layers_through_the_kernel(monkeypatch):
 def test_operator_tables_have_no_fused_rows_on_a_cpu(monkeypatch, tmp_path):
   _, data, text = _run(kao_table1, monkeypatch, tmp_path)
   assert data["fused"] == [] and "none on this device" in text
+
+
+def test_tables_add_a_fused_kernel_beside_xla(monkeypatch, tmp_path):
+  # The Pallas kernel's reference stands in for the TPU kernel, so the rows run on a CPU.
+  monkeypatch.setitem(fused_lib.KERNEL_FUNCTIONS, "pallas", _pallas_reference)
+  config = kao_table1.get_config("tiny")
+  config.fused_attention = "pallas"
+  config.sweep_sides = ()
+  result = efficiency.run_operators(config)
+  assert [f["side"] for f in result["fused"]] == [side for side, _ in config.sizes]
+  for f in result["fused"]:
+    assert f["reason"] is None and f["time_s"] > 0 and f["fastest"] in ("attn", "fused")
+    assert f["speedup_vs_fastest_regular"]["attn"] == pytest.approx(
+        min(f["xla_attn_time_s"], f["time_s"]) / f["xla_attn_time_s"])
+  text = "\n".join(efficiency.fused_lines(result, config.operators))
+  assert "Attn (Pallas flash)" in text and "not run" not in text
+  config = ham_table3.get_config("tiny")
+  config.fused_attention = "pallas"
+  config.sweep_sides = ()
+  rows = {r["module"]: r for r in efficiency.run_modules(config)["rows"]}
+  assert rows["sa_fused"]["infer"]["time_s"] > 0
+  assert rows["sa_fused"]["train"]["total_bytes"] > 0
+  config.fused_attention = "cudnn"  # float32: excluded by cuDNN's rules, with the reason
+  assert "float32" in efficiency._fused_module(config)[1]
