@@ -35,6 +35,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from attention_lab import cli
+from attention_lab.train import compilation_cache
 
 # TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
 # a bad command line is reported in about a second.
@@ -123,6 +124,7 @@ def main(argv):
   jax.config.update("jax_cpu_enable_async_dispatch", False)
   try:
     initialize_distributed(config)
+    compilation_cache.enable(config.get("compilation_cache_dir", compilation_cache.default_dir()))
     with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
       jax.devices()  # backend start-up (libtpu probes on a machine without TPUs)
     keep_freed_host_memory()
@@ -142,6 +144,9 @@ def main(argv):
       raise
     cli.fail(str(e), status=1)
   if not trainer.preempted:
+    speed = trainer.median_examples_per_second()
+    if speed is not None:  # the median over the log intervals
+      summary = {**summary, "examples_per_second": speed}
     trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
   # All is saved. Python resets SIGTERM to its default action while it shuts down (a second
   # or so here), so a late signal would end a finished run with status -15: ignore it.

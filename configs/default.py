@@ -15,6 +15,8 @@ tests.
 
 import ml_collections
 
+from configs import presets
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -62,6 +64,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 250
   config.first_checkpoint_secs = 180  # one early checkpoint after this much work
   config.keep_checkpoints = 2
+  presets.run_options(config)
 
   if preset == "tiny":
     config.model.width = 8

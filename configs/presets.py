@@ -7,6 +7,8 @@ or two on a 2-core CPU; "tiny": a few steps, for tests).
 
 import ml_collections
 
+from attention_lab.train import compilation_cache
+
 SIZES = ("cpu", "tiny")
 
 
@@ -56,4 +58,14 @@ def tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.num_train_steps = 2
   config.batch_size = 8
   config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
+  return config
+
+
+def run_options(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The fields every training config has for how a run executes, not what it learns:
+  the persistent compilation cache ("" turns it off; JAX_COMPILATION_CACHE_DIR overrides
+  it) and a profiler trace of steps (start, end) (() for none), by process 0 or by all."""
+  config.compilation_cache_dir = compilation_cache.default_dir()
+  config.profile_steps = ()
+  config.profile_all_processes = False
   return config

@@ -32,7 +32,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab.train import tasks
+from attention_lab.train import perf, profiling, tasks
 
 
 def make_mesh(config, devices=None) -> jax.sharding.Mesh:
@@ -170,6 +170,7 @@ def validate_config(config) -> None:
         raise ValueError(f"{path} = {value!r}: must be > 0")
     elif name in ("num_epochs", "num_train_steps") and not value >= 0:
       raise ValueError(f"{path} = {value!r}: must be >= 0")
+  profiling.steps(config)
 
 
 def _leaves(config, prefix=""):
@@ -355,13 +356,16 @@ class Trainer:
                                                   asynchronous=False)
     return _OncePerStep(writer, written)
 
-  def _progress(self, step: int, summary: dict[str, float], rate: float, last: int) -> str:
+  def _progress(self, step: int, summary: dict[str, float], rate: float, last: int,
+                speed: str = "") -> str:
     names = [k for k in ("loss", self.task.headline) if f"train_{k}" in summary]
     names = list(dict.fromkeys(names)) or sorted(
         k[len("train_"):] for k in summary if k.startswith("train_"))[:4]
     metrics_text = "  ".join(f"{k} {summary[f'train_{k}']:.4f}" for k in names)
     eta = _hms((last - step) / rate) if rate > 0 else "?"
-    return (f"step {step}/{self.total_steps}  {metrics_text}  {rate:.2f} steps/s  ETA {eta}")
+    speed = f"  {speed}" if speed else ""
+    return (f"step {step}/{self.total_steps}  {metrics_text}  {rate:.2f} steps/s{speed}  "
+            f"ETA {eta}")
 
   def _eval_line(self, step: int, evaluation: dict[str, float]) -> str:
     head = f"eval_{self.task.headline}"
@@ -383,6 +387,9 @@ class Trainer:
     writer = self._writer({tag: max(steps) for tag, steps in points.items()})
     train_metrics, pending = None, None
     step, saved = start, False
+    speed, profiler = None, profiling.StepProfiler(config, self.workdir, start)
+    self.examples_per_second = [v for s, v in points.get("perf/examples_per_second", {}).items()
+                                if s <= start]
     clock = time.monotonic()
     early_at = clock + config.get("first_checkpoint_secs", 180)
     log_step, log_time = start, clock
@@ -395,9 +402,14 @@ class Trainer:
         while step < last and not self._agree(PREEMPTION.requested)[0]:
           with PREEMPTION.interruptible(single):
             batch = self.global_batch(next(data))
+          if speed is None:  # compiles the step, for its FLOPs; the call below reuses it
+            speed = perf.Speed.for_first_step(self, batch)
+          profiler.before_step(step)
           self.state, values = self.train_step(self.state, batch)
           step += 1
+          profiler.after_step(step, self.state)
           if step == start + 1:  # steps/s from here on: compilation excluded
+            jax.block_until_ready(self.state)
             log_step, log_time = step, time.monotonic()
           if pending is not None:  # the previous step's check, while this one runs
             self._check_finite(*pending)
@@ -412,13 +424,18 @@ class Trainer:
             summary = {f"train_{k}": float(v) for k, v in train_metrics.compute().items()}
             summary.update(self.task.learning_rates(step))
             now = time.monotonic()
+            speed_scalars = {}
             if step > log_step:
               rate = (step - log_step) / max(now - log_time, 1e-9)
+              speed_scalars = speed.scalars(step - log_step, max(now - log_time, 1e-9))
+              self.examples_per_second.append(  # as TensorBoard holds it (a re-run reads it)
+                  float(np.float32(speed_scalars["perf/examples_per_second"])))
             else:  # the first step (log_every_steps = 1): its time, compilation included
               rate = 1 / max(now - clock, 1e-9)
             log_step, log_time = step, now
-            writer.write_scalars(step, {**summary, "steps_per_sec": rate})
-            self.say(self._progress(step, summary, rate, last))
+            writer.write_scalars(step, {**summary, "steps_per_sec": rate, **speed_scalars})
+            self.say(self._progress(step, summary, rate, last,
+                                    perf.console(config.batch_size, rate, speed_scalars)))
             train_metrics = None
           if is_eval:
             with PREEMPTION.interruptible(single):
@@ -453,11 +470,17 @@ class Trainer:
                  "same command again to resume" if latest is not None else
                  "SIGTERM before the first step: nothing to save")
     finally:
+      profiler.stop()
       self.checkpoints.wait_until_finished()
       if installed:
         PREEMPTION.uninstall()
       writer.flush()
     return summary
+
+  def median_examples_per_second(self) -> float | None:
+    """The median perf/examples_per_second of the run's log intervals (a resumed or
+    finished workdir's include the earlier runs'); None before the first."""
+    return perf.median(getattr(self, "examples_per_second", []))
 
   def _owed_summary(self, start: int, last: int, points, writer) -> dict[str, float]:
     """What a run owes before its first step. The evaluation of step `start`, if a SIGTERM

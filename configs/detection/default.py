@@ -26,6 +26,8 @@ batch 16), `:tiny` (a few steps at 32×32 for tests).
 
 import ml_collections
 
+from configs import presets
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -100,6 +102,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_steps = 750
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 2
+  presets.run_options(config)
   config.eval_max_batches = 0  # 0: the whole eval split.
   config.num_summary_images = 4
 

@@ -33,6 +33,8 @@ Presets: `:cpu` (a shorter run that learns visibly in a few minutes) and `:tiny`
 
 import ml_collections
 
+from configs import presets
+
 
 def base() -> ml_collections.ConfigDict:
   """The fields every GAN config has (SAGAN's recipe); dataset and sizes set by the caller."""
@@ -98,6 +100,7 @@ def base() -> ml_collections.ConfigDict:
   config.eval_every_steps = 10_000
   config.checkpoint_every_steps = 5_000
   config.keep_checkpoints = 2
+  presets.run_options(config)
   return config
 
 

@@ -32,6 +32,8 @@ steps at tiny width, for tests).
 
 import ml_collections
 
+from configs import presets
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -90,6 +92,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_steps = 300
   config.checkpoint_every_steps = 150
   config.keep_checkpoints = 2
+  presets.run_options(config)
 
   if preset == "cpu":
     config.evaluation.crop_size = (128, 128)

@@ -43,6 +43,8 @@ for tests).
 
 import ml_collections
 
+from configs import presets
+
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -118,6 +120,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_steps = 6500  # only at the end: each evaluation costs ~12 s
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 2
+  presets.run_options(config)
 
   if preset == "cpu":
     config.init_from = "configs/segmentation/digits_backbone.py:cpu"

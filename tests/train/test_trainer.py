@@ -49,9 +49,10 @@ def test_main_trains_the_default_config_end_to_end(tmp_path, data_dir):
   progress = [line for line in lines if line.startswith("step ")]
   assert len(progress) == 2  # one line per log step (tiny: every 2 of 4 steps)
   assert re.fullmatch(r"step 2/4  loss \d+\.\d{4}  top1 \d\.\d{4}  [\d.]+ steps/s  "
-                      r"ETA \d+:\d\d:\d\d", progress[0]), progress[0]
+                      r"[\d.]+ examples/s  ETA \d+:\d\d:\d\d", progress[0]), progress[0]
   assert re.search(r"^eval step 4/4  top1 \d\.\d{4}  loss ", result.stdout, re.M)
   assert lines[-1].startswith("Final: ") and "eval_top1=" in lines[-1]
+  assert re.search(r"examples_per_second=\d+\.\d{4}", lines[-1])  # the median
   assert not re.search(r"^[IW]\d{4} |INFO", result.stderr, re.M), result.stderr  # no chatter
   assert (tmp_path / "parameters.txt").read_text().splitlines()[-1].startswith("total")
   assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard scalars
