@@ -1,0 +1,386 @@
+"""One command for an accelerator: every efficiency table, the relative-attention comparison,
+and a short run of each default experiment, on the GPU or TPU present.
+
+  python -m experiments.accelerator_report [--out=DIR] [--smoke] [--parts=NAME,...]
+
+Runs, one after the other, each as its own process (a failure stops only its part):
+- the efficiency tables (`python -m experiments.efficiency`): SAO Table 2 and KAO Table 1
+  in float32 and bfloat16 (with the device's fused regular attention, cuDNN or Pallas
+  flash, beside XLA's: experiments/efficiency_fused.py), Ham Table 3, Refined-SA Tables
+  2-3, AA Table 9, SAO Table 5 at the paper's batch in float32 and bfloat16, and the
+  performance goals (which time the official PyTorch NMF2D beside ours, on CUDA when
+  torch has it);
+- the relative-attention comparison (`python -m experiments.relative_timm`);
+- each default experiment (`python -m attention_lab.main`: classification, segmentation,
+  restoration, GAN, detection) at accelerator size (a larger global batch, 300 steps),
+  with its examples/s, TFLOP/s per device and MFU read from the run's `perf/` TensorBoard
+  scalars (the `Final:` line's examples/s beside them).
+
+Writes under experiments/results/<device kind>/ (or --out): README.md (the summary:
+device, driver and library versions, every part's status and time, the runs' speed),
+environment.json, tables/ (each table's md / json / png), relative/, runs/<experiment>/
+(workdirs) and logs/<part>.log.
+
+--smoke runs every part at its config's `:tiny` preset on whatever device is present
+(the CPU included), for tests; without it a CPU is refused (exit 2).
+"""
+
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"
+
+_OUT = flags.DEFINE_string("out", "", "Output folder; default experiments/results/<device kind>.")
+_SMOKE = flags.DEFINE_bool("smoke", False, "Every part at its :tiny preset (any device).")
+_PARTS = flags.DEFINE_list("parts", [], "Only these parts (names as in the summary).")
+
+RUN_STEPS = 300
+# Default experiments at accelerator size: (config, global batch). The CPU configs' batches
+# (8-64) leave an accelerator idle; these fill one device and stay valid on 8.
+RUNS = {
+    "default": ("configs/default.py", 1024),
+    "segmentation": ("configs/segmentation/default.py", 64),
+    "restoration": ("configs/restoration/default.py", 64),
+    "gan": ("configs/gan/default.py", 256),
+    "detection": ("configs/detection/default.py", 128),
+}
+PERF_TAGS = ("perf/examples_per_second", "perf/examples_per_second_per_device",
+             "perf/step_seconds", "perf/tflops_per_device", "perf/mfu")
+
+
+@dataclasses.dataclass
+class Part:
+  """One process of the report: `python -m module --config=config[:preset] *overrides`."""
+  name: str
+  kind: str  # "table" | "relative" | "run"
+  module: str
+  config: str
+  overrides: tuple[str, ...] = ()
+  what: str = ""
+
+
+def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
+  """Every part of the report, in order (the goals table reads SAO / KAO's json)."""
+  preset = ":tiny" if smoke else ""
+  tables = out / "tables"
+  parts = []
+
+  def table(name, config, what, *overrides):
+    parts.append(Part(name, "table", "experiments.efficiency",
+                      f"configs/efficiency/{config}.py{preset}",
+                      (f"--config.out_dir={tables}", *overrides), what))
+
+  for config, what in (("sao_table2", "SAO Table 2: operators, batch 1"),
+                       ("kao_table1", "KAO Table 1: operators, batch 8")):
+    table(config, config, f"{what}, float32")
+    table(f"{config}_bfloat16", config, f"{what}, bfloat16", "--config.dtype=bfloat16",
+          f"--config.table={config}_bfloat16")
+  table("ham_table3", "ham_table3", "Ham Table 3: SA, A², Ham (CD, NMF) modules")
+  table("isa_tables", "isa_tables", "Refined-SA Tables 2-3: SAGAN, ISAGAN, SGAN")
+  table("aa_table9", "aa_table9", "AA Table 9: attention-map memory of AA-ResNet-50")
+  table("sao_table5", "sao_table5", "SAO Table 5: whole-network train steps, float32")
+  table("sao_table5_bfloat16", "sao_table5", "SAO Table 5: whole-network train steps, bfloat16",
+        "--config.dtype=bfloat16", "--config.table=sao_table5_bfloat16")
+  table("performance_goals", "performance_goals",
+        "Performance goals, incl. Ham NMF against the official PyTorch NMF2D")
+  parts.append(Part("relative_timm", "relative", "experiments.relative_timm",
+                    f"configs/efficiency/relative_timm.py{preset}",
+                    (f"--config.out_dir={out / 'relative'}",),
+                    "2D relative attention beside timm's BottleneckAttn"))
+  for name, (config, batch) in RUNS.items():
+    overrides = [f"--workdir={out / 'runs' / name}"]
+    if not smoke:
+      overrides += [f"--config.batch_size={batch}", f"--config.num_train_steps={RUN_STEPS}",
+                    "--config.log_every_steps=50", f"--config.eval_every_steps={RUN_STEPS}",
+                    f"--config.checkpoint_every_steps={RUN_STEPS}"]
+      if name == "gan":  # its FID features come from the default experiment's classifier
+        overrides.append(f"--config.eval.classifier_workdir={out / 'runs' / 'default'}")
+    parts.append(Part(name, "run", "attention_lab.main", f"{config}{preset or ''}",
+                      tuple(overrides), f"default experiment {config}"))
+  return parts
+
+
+# ----------------------------------------------------------------------------------------------
+# The machine.
+
+
+def device_slug(platform_name: str, device_kind: str) -> str:
+  """A folder name for a device kind: 'NVIDIA H100 80GB HBM3' -> 'nvidia_h100_80gb_hbm3'."""
+  if platform_name == "cpu":
+    return "cpu"
+  return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_") or platform_name
+
+
+def _version(package: str) -> str | None:
+  try:
+    return importlib.metadata.version(package)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def _cuda_versions() -> dict:
+  try:
+    from jax._src.lib import cuda_versions  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return {}
+  if cuda_versions is None:
+    return {}
+  found = {}
+  for key, fn in (("cuda_runtime", "cuda_runtime_get_version"),
+                  ("cuda_driver", "cuda_driver_get_version"),
+                  ("cudnn", "cudnn_get_version"), ("cublas", "cublas_get_version"),
+                  ("cufft", "cufft_get_version"), ("cusolver", "cusolver_get_version"),
+                  ("cupti", "cupti_get_version"), ("cusparse", "cusparse_get_version")):
+    try:
+      found[key] = getattr(cuda_versions, fn)()
+    except Exception:  # pylint: disable=broad-except  (absent without a GPU or driver)
+      pass
+  return found
+
+
+def _nvidia_smi() -> list[dict]:
+  if not shutil.which("nvidia-smi"):
+    return []
+  fields = ("name", "driver_version", "memory.total", "power.limit", "clocks.max.sm")
+  try:
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}",
+                          "--format=csv,noheader"], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+  except (subprocess.SubprocessError, OSError):
+    return []
+  return [dict(zip(fields, (v.strip() for v in line.split(","))))
+          for line in out.splitlines() if line.strip()]
+
+
+def environment() -> dict:
+  """The device, its driver and the library versions the numbers depend on."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  devices = jax.devices()
+  d = devices[0]
+  env = {
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+      "platform": d.platform, "device_kind": d.device_kind, "device_count": len(devices),
+      "process_count": jax.process_count(),
+      "compute_capability": getattr(d, "compute_capability", None),
+      "host_cpu": measure.machine()["cpu"], "host_cores": os.cpu_count(),
+      "python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
+      "jax_cuda12_plugin": _version("jax-cuda12-plugin"), "libtpu": _version("libtpu")
+      or _version("libtpu-nightly"), "flax": _version("flax"), "torch": _version("torch"),
+      "cuda": _cuda_versions(), "nvidia_smi": _nvidia_smi(),
+  }
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    env["torch_cuda"] = torch.version.cuda if torch.cuda.is_available() else None
+  except ImportError:
+    env["torch_cuda"] = None
+  return env
+
+
+# ----------------------------------------------------------------------------------------------
+# Running the parts and reading their results.
+
+
+def run_part(part: Part, out: pathlib.Path) -> dict:
+  """Runs one part as a process; its output goes to logs/<name>.log."""
+  log = out / "logs" / f"{part.name}.log"
+  log.parent.mkdir(parents=True, exist_ok=True)
+  command = [sys.executable, "-m", part.module, f"--config={part.config}", *part.overrides]
+  start = time.perf_counter()
+  with open(log, "w") as f:
+    f.write(" ".join(command) + "\n\n")
+    f.flush()
+    rc = subprocess.run(command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, check=False,
+                        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                            filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}).returncode
+  seconds = time.perf_counter() - start
+  tail = [l for l in log.read_text().splitlines() if l.strip()][-1:] or [""]
+  status = {"name": part.name, "kind": part.kind, "what": part.what, "command": command,
+            "returncode": rc, "seconds": seconds, "log": str(log.relative_to(out)),
+            "error": None if rc == 0 else tail[0][-300:]}
+  print(f"[{part.name}] {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {seconds:.1f} s",
+        flush=True)
+  return status
+
+
+def read_perf(workdir: pathlib.Path) -> dict:
+  """{tag: [values in step order]} of the run's `perf/` TensorBoard scalars (may be empty)."""
+  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=g-import-not-at-top
+  from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
+  found = {}
+  for path in sorted(workdir.glob("events.out.tfevents.*")):
+    for event in event_file_loader.EventFileLoader(str(path)).Load():
+      for value in event.summary.value:
+        if value.tag.startswith("perf/"):
+          number = (float(tensor_util.make_ndarray(value.tensor)) if value.HasField("tensor")
+                    else float(value.simple_value))
+          found.setdefault(value.tag, []).append((event.step, number))
+  return {tag: [v for _, v in sorted(points)] for tag, points in found.items()}
+
+
+def final_line(log: pathlib.Path) -> dict:
+  """The run's `Final:` metrics (key=value pairs), {} when there is none."""
+  lines = [l for l in log.read_text().splitlines() if l.startswith("Final:")] if log.exists() else []
+  if not lines:
+    return {}
+  return {k: float(v) for k, v in re.findall(r"(\w+)=([-+0-9.eE]+|nan|inf)", lines[-1])}
+
+
+def run_summary(status: dict, out: pathlib.Path) -> dict:
+  """Medians of the run's perf/ scalars and its Final line; absent tags are None."""
+  workdir = out / "runs" / status["name"]
+  perf = read_perf(workdir) if workdir.exists() else {}
+  final = final_line(out / status["log"])
+  saved = workdir / "config.json"  # the run's own record of its config
+  config = json.loads(saved.read_text()) if saved.exists() else {}
+  return {"batch": config.get("batch_size"), "steps": config.get("num_train_steps"),
+          **{tag.split("/", 1)[1]: statistics.median(perf[tag]) if perf.get(tag) else None
+             for tag in PERF_TAGS},
+          "final_examples_per_second": final.get("examples_per_second"),
+          "final": final}
+
+
+# ----------------------------------------------------------------------------------------------
+# The summary.
+
+
+def _fmt(v, f=".3g"):
+  return "—" if v is None else format(v, f)
+
+
+def _link(out: pathlib.Path, status: dict) -> str:
+  if status["kind"] == "table":
+    name = status["name"]
+    files = [p for p in (out / "tables" / f"{name}.md", out / "tables" / f"{name}.json")
+             if p.exists()]
+  elif status["kind"] == "relative":
+    files = [p for p in (out / "relative" / "relative_timm.md",) if p.exists()]
+  else:
+    files = [p for p in (out / "runs" / status["name"],) if p.exists()]
+  links = [f"[{p.name}]({p.relative_to(out)})" for p in files]
+  return ", ".join(links + [f"[log]({status['log']})"])
+
+
+def fused_notes(out: pathlib.Path) -> list[str]:
+  """The operator tables' fused regular-attention rows: run, or why not."""
+  lines = []
+  for path in sorted((out / "tables").glob("*_table*.json")):
+    rows = json.loads(path.read_text()).get("fused")
+    for r in rows or []:
+      result = (f"{1e3 * r['time_s']:.3f} ms (XLA {1e3 * r['xla_attn_time_s']:.3f} ms)"
+                if r.get("time_s") else f"not run: {r['reason']}")
+      lines.append(f"| {path.stem} | {r['size']} | {r['label']} | {result} |")
+  return lines
+
+
+def summary_markdown(env: dict, statuses: list[dict], runs: dict, out: pathlib.Path,
+                     smoke: bool) -> str:
+  cuda = env.get("cuda") or {}
+  smi = env.get("nvidia_smi") or []
+  lines = [
+      f"# Accelerator report: {env['device_kind']}", "",
+      f"{'Smoke run (every part at its `:tiny` preset; the numbers mean nothing)' if smoke else 'Measured'} "
+      f"on {env['date']}: {env['device_count']} × {env['device_kind']} ({env['platform']}"
+      f"{', compute capability ' + str(env['compute_capability']) if env.get('compute_capability') else ''}), "
+      f"{env['process_count']} process(es); host {env['host_cpu']}, {env['host_cores']} cores. "
+      f"Command: `python -m experiments.accelerator_report{' --smoke' if smoke else ''}`.", "",
+      "| library | version |", "|---|---|",
+      *(f"| {k} | {env[k]} |" for k in ("python", "jax", "jaxlib", "jax_cuda12_plugin",
+                                         "libtpu", "flax", "torch", "torch_cuda")
+        if env.get(k)),
+      *(f"| {k} | {v} |" for k, v in cuda.items()),
+      *(f"| GPU {i} (nvidia-smi) | {', '.join(f'{k} {v}' for k, v in g.items())} |"
+        for i, g in enumerate(smi)), "",
+      "## Parts", "",
+      "| part | what | status | seconds | results |", "|---|---|---|---|---|"]
+  for s in statuses:
+    state = "ok" if s["returncode"] == 0 else f"**failed** (exit {s['returncode']}): `{s['error']}`"
+    lines.append(f"| {s['name']} | {s['what']} | {state} | {s['seconds']:.1f} | "
+                 f"{_link(out, s)} |")
+  if runs:
+    lines += [
+        "", "## Default experiments at accelerator size", "",
+        "Medians over the run's log steps of its `perf/` TensorBoard scalars (compilation "
+        "excluded); MFU where the device's peak is known (none on a CPU); '—' where the run "
+        "wrote no such scalar. The `Final:` column is the run's own median examples/s.", "",
+        "| experiment | global batch | steps | examples/s | examples/s per device | "
+        "step ms | TFLOP/s per device | MFU | Final: examples/s |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in runs.items():
+      step = None if r["step_seconds"] is None else 1e3 * r["step_seconds"]
+      mfu = None if r["mfu"] is None else 100 * r["mfu"]
+      lines.append(
+          f"| {name} | {r['batch'] or '—'} | {r['steps'] or '—'} | {_fmt(r['examples_per_second'], '.1f')} | "
+          f"{_fmt(r['examples_per_second_per_device'], '.1f')} | {_fmt(step, '.2f')} | "
+          f"{_fmt(r['tflops_per_device'])} | {_fmt(mfu, '.1f')}{'%' if mfu is not None else ''} | "
+          f"{_fmt(r['final_examples_per_second'], '.1f')} |")
+  fused = fused_notes(out)
+  lines += ["", "## Fused regular attention (the strongest regular-attention baseline)", ""]
+  if fused:
+    lines += ["The operator tables time the device's fused kernel beside XLA's regular "
+              "attention and give every speed-up also against the faster of the two "
+              "(`experiments/efficiency_fused.py` states the kernels' rules).", "",
+              "| table | input | kernel | time |", "|---|---|---|---|", *fused]
+  else:
+    lines.append("None on this device (cuDNN flash attention needs a GPU, the Pallas flash "
+                 "kernel a TPU): the tables compare against XLA's regular attention only.")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  import jax  # pylint: disable=g-import-not-at-top
+  smoke = _SMOKE.value
+  backend = jax.default_backend()
+  if backend == "cpu" and not smoke:
+    print("accelerator_report: no GPU or TPU here (jax backend 'cpu'); --smoke checks the "
+          "command at tiny size on the CPU", file=sys.stderr)
+    sys.exit(2)
+  env = environment()
+  out = pathlib.Path(_OUT.value) if _OUT.value else RESULTS / device_slug(
+      env["platform"], env["device_kind"])
+  parts = plan(out.resolve(), smoke)
+  unknown = set(_PARTS.value) - {p.name for p in parts}
+  if unknown:
+    print(f"accelerator_report: --parts has unknown names {sorted(unknown)}; expected some of "
+          f"{[p.name for p in parts]}", file=sys.stderr)
+    sys.exit(2)
+  if _PARTS.value:
+    parts = [p for p in parts if p.name in _PARTS.value]
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
+  statuses, runs = [], {}
+  start = time.perf_counter()
+  for part in parts:
+    status = run_part(part, out.resolve())
+    statuses.append(status)
+    if part.kind == "run":
+      runs[part.name] = run_summary(status, out.resolve())
+    report = {"environment": env, "smoke": smoke, "parts": statuses, "runs": runs,
+              "seconds": time.perf_counter() - start}
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "README.md").write_text(summary_markdown(env, statuses, runs, out.resolve(), smoke))
+  failed = [s["name"] for s in statuses if s["returncode"]]
+  print(f"accelerator_report: {len(statuses) - len(failed)}/{len(statuses)} parts ok in "
+        f"{time.perf_counter() - start:.0f} s; summary {out / 'README.md'}"
+        + (f"; failed: {', '.join(failed)}" if failed else ""))
+  sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+  app.run(main)
