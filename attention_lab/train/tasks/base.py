@@ -38,6 +38,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attention_lab import models
+from attention_lab.data import availability
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 Batch = dict[str, np.ndarray]
@@ -69,6 +70,7 @@ class Task(abc.ABC):
   def __init__(self, config, env: Environment):
     self.config, self.env = config, env
     self._jit_eval_step = None
+    availability.require_prepared(config)  # before any data is read: one line, the command
 
   # The loop needs these from every task.
   total_steps: int

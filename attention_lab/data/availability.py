@@ -1,0 +1,230 @@
+"""Is a config's dataset prepared? What preparing it takes, and the one-line error if it is not.
+
+Every dataset a config can name has a `Source`: embedded (generated locally from pip
+packages), downloaded by TFDS, or built from files a person downloads into a
+manual_dir (TFDS's `<data_dir>/downloads/manual` unless `dataset.manual_dir` says
+otherwise). `require_prepared(config)` runs when a task is built, before it reads
+any data: a dataset that is neither prepared in its data_dir nor preparable on first
+use (pipeline.get_builder prepares manual datasets from files that are all there) raises
+`cli.ConfigError` with one line naming the dataset, the data_dir searched and the
+command that prepares it (`python -m attention_lab.data.prepare`, which says what to
+download when files are missing).
+"""
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import sys
+
+import tensorflow_datasets as tfds
+from absl import logging
+
+from attention_lab import cli
+from attention_lab.data.builders import BUILDERS
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """How a dataset is obtained.
+
+  how: "embedded" | "download" (TFDS fetches it) | "manual" (files in the manual_dir).
+  files: paths under the manual_dir that preparing needs.
+  split_files: further paths needed when a config reads that split.
+  steps: what to download and where, `{manual}` standing for the manual_dir.
+  """
+
+  how: str
+  files: tuple[str, ...] = ()
+  split_files: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  steps: tuple[str, ...] = ()
+
+
+_VOC = "VOCdevkit/VOC2012"
+_CONTEXT = "VOCdevkit/VOC2010"
+_CARE = "https://publications.mpi-cbg.de/publications-sites/7207/"
+SOURCES = {
+    "digits": Source("embedded"),
+    "digit_scenes": Source("embedded"),
+    "restoration_photos": Source("embedded"),
+    "synthetic_volumes": Source("embedded"),
+    "cifar10": Source("download", steps=(
+        "TFDS downloads https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz (163 MB)",)),
+    "cifar100": Source("download", steps=(
+        "TFDS downloads https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz (161 MB)",)),
+    "coco": Source("download", steps=(
+        "TFDS downloads train2017.zip, val2017.zip, test2017.zip, annotations_trainval2017.zip "
+        "and image_info_test2017.zip from http://images.cocodataset.org/ (~26 GB)",)),
+    "celeb_a": Source("download", steps=(
+        "TFDS downloads CelebA from Google Drive (often refused: quota or checksum); "
+        "otherwise download img_align_celeba.zip from "
+        "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html, unzip it anywhere and run with "
+        "--config.dataset.image_dir=<the img_align_celeba folder> (nothing to prepare)",)),
+    "imagenet2012": Source(
+        "manual", files=("ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar"),
+        steps=("download ILSVRC2012_img_train.tar (138 GB) and ILSVRC2012_img_val.tar "
+               "(6.3 GB) from https://image-net.org/challenges/LSVRC/2012/2012-downloads.php "
+               "(an ImageNet account) into {manual}/ (as they are, not unpacked)",)),
+    "cityscapes": Source(
+        "manual", files=("leftImg8bit_trainvaltest.zip", "gtFine_trainvaltest.zip"),
+        steps=("download leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip from "
+               "https://www.cityscapes-dataset.com/downloads/ (an account) into {manual}/",)),
+    "voc_segmentation": Source(
+        "manual",
+        files=(f"{_VOC}/JPEGImages", f"{_VOC}/SegmentationClass",
+               f"{_VOC}/ImageSets/Segmentation/train.txt",
+               f"{_VOC}/ImageSets/Segmentation/val.txt"),
+        split_files={"train_aug": (f"{_VOC}/SegmentationClassAug",)},
+        steps=("download http://host.robots.ox.ac.uk/pascal/VOC/voc2012/"
+               "VOCtrainval_11-May-2012.tar (2 GB) and unpack it in {manual}/ (it holds "
+               f"{_VOC}/)",
+               "for train_aug: the SBD masks (benchmark.tgz from http://www.eecs.berkeley.edu/"
+               "Research/Projects/CS/vision/grouping/semantic_contours/benchmark.tgz) as "
+               "class-index PNGs, DeepLab's SegmentationClassAug, in "
+               f"{{manual}}/{_VOC}/SegmentationClassAug/")),
+    "ade20k_challenge": Source(
+        "manual",
+        files=tuple(f"ADEChallengeData2016/{kind}/{split}" for kind in ("images", "annotations")
+                    for split in ("training", "validation")),
+        steps=("download http://data.csail.mit.edu/places/ADEchallenge/"
+               "ADEChallengeData2016.zip (923 MB) and unzip it in {manual}/",)),
+    "pascal_context": Source(
+        "manual",
+        files=(f"{_CONTEXT}/JPEGImages", f"{_CONTEXT}/SegmentationClassContext",
+               f"{_CONTEXT}/ImageSets/SegmentationContext/train.txt",
+               f"{_CONTEXT}/ImageSets/SegmentationContext/val.txt"),
+        steps=("download http://host.robots.ox.ac.uk/pascal/VOC/voc2010/"
+               "VOCtrainval_03-May-2010.tar (1.3 GB) and unpack it in {manual}/ (it holds "
+               f"{_CONTEXT}/JPEGImages)",
+               "download https://codalabuser.blob.core.windows.net/public/trainval_merged.json "
+               "and write the 59-class label maps and lists with the Detail API "
+               "(pip install git+https://github.com/zhanghang1989/detail-api.git#subdirectory="
+               "PythonAPI) and mmseg's tools/dataset_converters/pascal_context.py: "
+               "python pascal_context.py {manual}/VOCdevkit trainval_merged.json")),
+    "care": Source(
+        "manual", files=("train_data/data_label.npz", "test_data/GT"),
+        steps=(f"download the archive from {_CARE} (planaria: Denoising_Planaria.tar.gz, "
+               "tribolium: Denoising_Tribolium.tar.gz, flywing: Projection_Flywing.tar.gz), "
+               "unpack it and pass --config.dataset.manual_dir=<the unpacked folder> "
+               "(here {manual})",)),
+}
+
+
+def source(name: str) -> Source | None:
+  """The Source of `name` ("coco/2017" → "coco", "care/flywing" → "care"); None if unknown."""
+  return SOURCES.get(name, SOURCES.get(name.partition("/")[0]))
+
+
+@contextlib.contextmanager
+def _tfds_warnings_hidden():
+  """TFDS warns while it looks for a dataset that is not there ("Variant folder ... has no
+  dataset_info.json"); unless logging is verbose, that is not the console's business."""
+  level = logging.get_verbosity()
+  if level <= logging.WARNING:
+    logging.set_verbosity(logging.ERROR)
+  try:
+    yield
+  finally:
+    logging.set_verbosity(level)
+
+
+def builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
+  """The (unprepared or prepared) TFDS builder of `name`, without preparing anything."""
+  family, _, variant = name.partition("/")
+  with _tfds_warnings_hidden():
+    if family not in BUILDERS:
+      return tfds.builder(name, data_dir=data_dir or None)
+    return BUILDERS[family](data_dir=data_dir or None, **({"config": variant} if variant else {}))
+
+
+def is_prepared(found: tfds.core.DatasetBuilder) -> bool:
+  with _tfds_warnings_hidden():
+    return found.is_prepared()
+
+
+def data_dir_root(data_dir: str | None) -> str:
+  """The TFDS data directory searched ("" / None: TFDS's default)."""
+  return os.path.expanduser(data_dir or tfds.core.constants.DATA_DIR)
+
+
+def manual_dir(dataset) -> str:
+  """`dataset.manual_dir`, or TFDS's default `<data_dir>/downloads/manual`."""
+  return (dataset.get("manual_dir") or
+          os.path.join(data_dir_root(dataset.get("data_dir")), "downloads", "manual"))
+
+
+def splits_read(dataset) -> set[str]:
+  """The split names a dataset config reads ("train_aug+val[:10%]" → train_aug, val)."""
+  names = set()
+  for key in ("train_split", "eval_split"):
+    for part in str(dataset.get(key) or "").split("+"):
+      names.add(part.split("[")[0].strip())
+  return names - {""}
+
+
+def missing_files(name: str, manual: str, splits=()) -> list[str]:
+  """The paths under `manual` that preparing `name` (for `splits`) needs and lacks."""
+  spec = source(name)
+  wanted = list(spec.files) + [f for s in splits for f in spec.split_files.get(s, ())]
+  return [f for f in wanted if not os.path.exists(os.path.join(manual, f))]
+
+
+def prepare_command(dataset, config_spec: str | None = None) -> str:
+  """The command that prepares it: --config as this process was started, with the
+  dataset's directory overrides; `--dataset=NAME` when no config file is known."""
+  if config_spec is None:
+    config_spec = _config_argument(sys.argv[1:])
+  args = ["python", "-m", "attention_lab.data.prepare"]
+  prefix = "--config.dataset." if config_spec else "--"
+  args.append(f"--config={config_spec}" if config_spec else f"--dataset={dataset.name}")
+  for key in ("data_dir", "manual_dir", "image_dir"):
+    if dataset.get(key):
+      args.append(f"{prefix}{key}={dataset.get(key)}")
+  return " ".join(shlex.quote(a) for a in args)
+
+
+def _config_argument(argv) -> str | None:
+  for i, arg in enumerate(argv):
+    if arg.startswith("--config="):
+      return arg[len("--config="):]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def not_prepared_message(name: str, data_dir: str, command: str, *, manual: str = "",
+                         missing=()) -> str:
+  """One line: the dataset, the data_dir searched, what is missing, the command."""
+  line = f"dataset {name!r} is not prepared in data_dir {data_dir}"
+  if missing:
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    line += f" and its manual_dir {manual} lacks {missing[0]}{more}"
+  return f"{line}; prepare it with: {command}"
+
+
+def require_prepared(config, config_spec: str | None = None) -> None:
+  """Raises cli.ConfigError (one line) when config.dataset can neither be read nor be
+  prepared on first use; embedded datasets and unknown names pass (the data layer
+  generates the former and names the allowed values for the latter)."""
+  dataset = config.get("dataset")
+  if dataset is None or not dataset.get("name"):
+    return
+  name, spec = dataset.name, source(dataset.name)
+  if spec is None or spec.how == "embedded":
+    return
+  if name == "celeb_a" and dataset.get("image_dir"):
+    return  # read from the JPEG folder
+  try:
+    if is_prepared(builder(name, dataset.get("data_dir"))):
+      return
+  except tfds.core.registered.DatasetNotFoundError:
+    return
+  missing, manual = [], ""
+  if spec.how == "manual":
+    manual = manual_dir(dataset)
+    missing = missing_files(name, manual, splits_read(dataset))
+    if not missing:
+      return  # the data layer prepares it from these files on first use
+  raise cli.ConfigError(not_prepared_message(
+      name, data_dir_root(dataset.get("data_dir")), prepare_command(dataset, config_spec),
+      manual=manual, missing=missing))
