@@ -59,7 +59,47 @@ def _operator_programs(side, heads, dk, dv):
   return infer, train
 
 
+def relative_attention_with_bias(attend, q, k, v, rel_h, rel_w):
+  """`ops.relative_attention_2d` as regular attention `attend(q, k, v, *, scale, bias)` with
+  the relative logits as a materialised (B, H, HW, HW) bias; flattened (B, HW, H, Dv) output."""
+  from attention_lab import ops  # pylint: disable=g-import-not-at-top
+  b, x, y, h, d = q.shape
+  n = x * y
+  scale = d ** -0.5
+  logits_h, logits_w = ops.relative_logits_2d(q * jnp.asarray(scale, q.dtype), rel_h, rel_w)
+  bias = (logits_h[..., :, None] + logits_w[..., None, :]).reshape(b, h, n, n)
+  flat = lambda t: t.reshape(b, n, *t.shape[-2:])
+  return attend(flat(q), flat(k), flat(v), scale=scale, bias=bias.astype(q.dtype))
+
+
+def _fused_operator_programs(kernel, side, heads, dk, dv):
+  """XLA temporaries, infer / train, of the same relative attention through the device's fused
+  kernel (the relative logits as its bias, so (HW)² bias memory remains), or why not."""
+  from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
+  bf = jnp.bfloat16
+  q = jax.ShapeDtypeStruct((1, side, side, heads, dk // heads), bf)
+  v = jax.ShapeDtypeStruct((1, side, side, heads, dv // heads), bf)
+  rel = jax.ShapeDtypeStruct((2 * side - 1, dk // heads), bf)
+  n = side * side
+  flat = lambda t: t.reshape(1, n, *t.shape[-2:])
+  bias_shape = jax.ShapeDtypeStruct((1, heads, n, n), bf)
+  reason = efficiency_fused.unsupported_reason(kernel, flat(q), flat(q), flat(v),
+                                               bias=bias_shape, training=True)
+  if reason:
+    return {"reason": reason}
+  attend = efficiency_fused.fused_attention(kernel)
+  fwd = lambda q, k, v, rh, rw: relative_attention_with_bias(attend, q, k, v, rh, rw)
+  grad = jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2))
+  _, infer = measure.compile_fn(fwd, q, q, v, rel, rel)
+  _, train = measure.compile_fn(grad, q, q, v, rel, rel)
+  return {"reason": None, "infer": infer, "train": train}
+
+
 def run(config) -> dict:
+  from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
+  choice = config.get("fused_attention", "auto")
+  kernel = efficiency_fused.kernel_for() if choice == "auto" else (
+      None if choice in ("none", "") else choice)
   rows = []
   for stage in config.stages:
     stage = dict(stage)
@@ -80,6 +120,9 @@ def run(config) -> dict:
         aa_madd=aa_madd, conv_madd=conv_madd,
         op_infer=op_infer, op_train=op_train, aa_infer=aa_infer, aa_train=aa_train, conv_infer=conv_infer, conv_train=conv_train,
         paper=dict(config.paper).get(stage["name"]))
+    if kernel:
+      row["fused"] = {"label": efficiency_fused.LABELS[kernel], **_fused_operator_programs(
+          kernel, stage["attention_side"], config.heads, aa.dk, aa.dv)}
     rows.append(row)
     print({k: v for k, v in row.items()}, flush=True)
   return {"rows": rows}
@@ -135,4 +178,18 @@ def markdown(config, result, machine_line: str) -> str:
       "freed in turn). The layer's Δ against a full 3×3 convolution can be negative: the AA "
       "layer's convolution has only Fout − dv filters, and XLA:CPU's bfloat16 convolutions "
       "materialise float32 copies of their kernels, which dominate the small-grid layers."]
+  fused = [r for r in rows if r.get("fused")]
+  if not fused:
+    lines += ["", "Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none "
+              "on this device."]
+  else:
+    label = fused[0]["fused"]["label"]
+    lines += ["", f"The same relative attention through {label}, the relative logits passed as "
+              "its bias (so their Nh·(HW)² remain), XLA temp of the op alone:", "",
+              "| stage | infer / train |", "|---|---|"]
+    for r in fused:
+      f = r["fused"]
+      lines.append(f"| {r['stage']} | " + (f"not run: {f['reason']}" if f["reason"] else
+                   f"{f['infer']['temp_bytes'] / KB:.0f} / {f['train']['temp_bytes'] / KB:.0f} KB")
+                   + " |")
   return "\n".join(lines) + "\n"

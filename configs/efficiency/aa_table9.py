@@ -23,6 +23,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.kappa = 0.2
   config.upsilon = 0.1
   config.heads = 8
+  # "auto": the relative attention also through the device's fused kernel (cuDNN flash on a
+  # GPU, Pallas flash on a TPU; none on a CPU), memory only; or "none".
+  config.fused_attention = "auto"
   config.out_dir = ""
   config.render_only = False  # True: re-render the md / png from the saved json, no measuring
   # ResNet-50 bottleneck 3×3 convolutions at 224²: stage 2 (conv3_x) 128 channels at 28²,

@@ -294,3 +294,15 @@ def test_tables_add_a_fused_kernel_beside_xla(monkeypatch, tmp_path):
   assert rows["sa_fused"]["train"]["total_bytes"] > 0
   config.fused_attention = "cudnn"  # float32: excluded by cuDNN's rules, with the reason
   assert "float32" in efficiency._fused_module(config)[1]
+
+
+def test_relative_attention_with_a_bias_matches_the_library_op():
+  from experiments import efficiency_aa  # pylint: disable=g-import-not-at-top
+  keys = jax.random.split(jax.random.key(2), 5)
+  q, k = (jax.random.normal(kk, (1, 3, 4, 2, 8)) for kk in keys[:2])
+  v = jax.random.normal(keys[2], (1, 3, 4, 2, 8))
+  rel_h = jax.random.normal(keys[3], (5, 8))
+  rel_w = jax.random.normal(keys[4], (7, 8))
+  got = efficiency_aa.relative_attention_with_bias(_pallas_reference, q, k, v, rel_h, rel_w)
+  expected = ops.relative_attention_2d(q, k, v, rel_h, rel_w).reshape(1, 12, 2, 8)
+  assert jnp.allclose(got, expected, atol=1e-4)
