@@ -65,6 +65,10 @@ def table(results: list[dict], host: dict) -> str:
         f"({all_key}) | {_fmt(v5e.get('examples_per_s'))} ({v5e.get('source', 'no aot')}) | "
         f"{_fmt(v5e.get('cores_needed'), 1)} | {_fmt(h100.get('examples_per_s'))} | "
         f"{_fmt(h100.get('cores_needed'), 1)} |")
+  measured = {r["config"] for r in results}
+  for path in paper_configs():
+    if path not in measured:
+      rows.append(f"| [{path}](../../{path}) | not measured yet |" + " |" * 6)
   return "\n".join([
       "# Input-pipeline rate per paper config (`python -m experiments.input_throughput`)",
       "",
