@@ -6,12 +6,14 @@ from flax import nnx
 
 
 class ConvBN(nnx.Module):
-  """k×k convolution without bias, batch norm, then `activation` (None: linear)."""
+  """k×k convolution without bias, batch norm, then `activation` (None: linear). `padding`
+  as nnx.Conv's ('SAME', or explicit ((top, bottom), (left, right)))."""
 
   def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, *, groups: int = 1,
-               activation: Callable | None = nnx.relu, dtype=None, rngs: nnx.Rngs):
+               activation: Callable | None = nnx.relu, padding="SAME", dtype=None,
+               rngs: nnx.Rngs):
     self.conv = nnx.Conv(cin, cout, (kernel, kernel), strides=stride, feature_group_count=groups,
-                         use_bias=False, dtype=dtype, rngs=rngs)
+                         padding=padding, use_bias=False, dtype=dtype, rngs=rngs)
     self.norm = nnx.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
     self.activation = activation
 

@@ -10,8 +10,23 @@ stage sits on the 3×3 conv of
 its first block ("v1.5", the TF TPU ResNet the AA paper trained; its MAdd
 gives the paper's 8.2 GFlops = 2 × 4.1G MAdd for ResNet-50); projection
 shortcuts 1×1 conv-BN where the shape changes; the last BN of every residual
-branch starts at γ = 0 (Goyal et al., as that code). 'SAME' padding, so an
-H×W input gives ⌈H/32⌉×⌈W/32⌉ features.
+branch starts at γ = 0 (Goyal et al., as that code). An H×W input gives
+⌈H/32⌉×⌈W/32⌉ features.
+
+`padding` "same" (the default, as the TF TPU ResNet): every conv and the max
+pool pad 'SAME'. "torch", as torchvision, mmcv and the PSPNet / Encoding
+ResNets: a k×k conv of dilation d pads d·(k−1)/2 on each side and the 3×3/2
+max pool 1 (with −∞). Shapes and parameters are the same; the values differ
+only where a stride-2 conv or pool meets an even input size, where 'SAME' pads
+one pixel less at the top / left, shifting every later layer by a pixel
+relative to the torch network. Weights read from a torch checkpoint compute
+the features they were trained for only under "torch" (the segmentation and
+detection tasks choose it by themselves then: checkpoints/backbone_weights.py).
+
+`stem` "standard" (7×7/2 conv-BN-ReLU to 64) or "deep" (the ResNet-C stem of
+the PSPNet / EMANet / HamNet and mmseg backbones: 3×3/2, 3×3, 3×3 convs, each
+conv-BN-ReLU, of `stem_widths`: (64, 64, 128) for the PSPNet / Encoding
+ResNets, (32, 32, 64) for mmseg's ResNetV1c), then the 3×3/2 max pool.
 
 `output_stride` 16 or 8 replaces the stride 2 of the last one or two stages
 by dilation 2 (and 4) of their 3×3 convs (DeepLab, Chen et al. 2018). Every
@@ -54,8 +69,20 @@ OUTPUT_STRIDES = {32: ((2, 1), (2, 1), (2, 1)), 16: ((2, 1), (2, 1), (1, 2)),
                   8: ((2, 1), (1, 2), (1, 4))}
 
 
+PADDINGS = ("same", "torch")
+STEMS = ("standard", "deep")
+
+
 def _scaled(channels: int, width: float) -> int:
   return max(8, int(channels * width))
+
+
+def conv_padding(padding: str, kernel: int, dilation: int = 1):
+  """nnx.Conv's padding for `padding` "same" ('SAME') or "torch" (d·(k−1)/2 on each side)."""
+  if padding == "same":
+    return "SAME"
+  p = dilation * (kernel - 1) // 2
+  return ((p, p), (p, p))
 
 
 def _pair(size) -> tuple[int, int]:
@@ -67,10 +94,11 @@ class BasicBlock(nnx.Module):
 
   expansion = 1
 
-  def __init__(self, cin, planes, stride, dilation, *, spatial, augment, excite, dtype, rngs):
-    self.conv1 = _conv3x3(cin, planes, stride, dilation, spatial, augment, dtype, rngs)
+  def __init__(self, cin, planes, stride, dilation, *, spatial, augment, excite,
+               padding="same", dtype, rngs):
+    self.conv1 = _conv3x3(cin, planes, stride, dilation, spatial, augment, padding, dtype, rngs)
     self.norm1 = nnx.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
-    self.conv2 = _conv3x3(planes, planes, 1, dilation, None, None, dtype, rngs)
+    self.conv2 = _conv3x3(planes, planes, 1, dilation, None, None, padding, dtype, rngs)
     self.norm2 = nnx.BatchNorm(planes, momentum=0.9, scale_init=nnx.initializers.zeros,
                                dtype=dtype, rngs=rngs)
     self.excite = SqueezeExcite(planes, dtype=dtype, rngs=rngs) if excite else None
@@ -90,10 +118,11 @@ class Bottleneck(nnx.Module):
 
   expansion = 4
 
-  def __init__(self, cin, planes, stride, dilation, *, spatial, augment, excite, dtype, rngs):
+  def __init__(self, cin, planes, stride, dilation, *, spatial, augment, excite,
+               padding="same", dtype, rngs):
     cout = 4 * planes
     self.reduce = ConvBN(cin, planes, 1, dtype=dtype, rngs=rngs)
-    self.conv = _conv3x3(planes, planes, stride, dilation, spatial, augment, dtype, rngs)
+    self.conv = _conv3x3(planes, planes, stride, dilation, spatial, augment, padding, dtype, rngs)
     self.norm = nnx.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
     self.expand = nnx.Conv(planes, cout, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
     self.expand_norm = nnx.BatchNorm(cout, momentum=0.9, scale_init=nnx.initializers.zeros,
@@ -109,15 +138,17 @@ class Bottleneck(nnx.Module):
     return nnx.relu(y + (self.shortcut(x) if self.shortcut else x))
 
 
-def _conv3x3(cin, cout, stride, dilation, spatial, augment, dtype, rngs):
+def _conv3x3(cin, cout, stride, dilation, spatial, augment, padding, dtype, rngs):
   if augment:
     return AugmentedConv(cin, cout, 3, stride, spatial_shape=spatial, dtype=dtype, rngs=rngs,
                          **augment)
-  return nnx.Conv(cin, cout, (3, 3), strides=stride, kernel_dilation=dilation, use_bias=False,
-                  dtype=dtype, rngs=rngs)
+  return nnx.Conv(cin, cout, (3, 3), strides=stride, kernel_dilation=dilation,
+                  padding=conv_padding(padding, 3, dilation), use_bias=False, dtype=dtype,
+                  rngs=rngs)
 
 
 def _shortcut(cin, cout, stride, dtype, rngs):
+  """The 1×1 projection; a 1×1 conv pads nothing under either padding."""
   if stride == 1 and cin == cout:
     return None
   return ConvBN(cin, cout, 1, stride, activation=None, dtype=dtype, rngs=rngs)
@@ -135,9 +166,12 @@ class ResNetBackbone(nnx.Module):
       min_key_dims_per_head, positional) for the 3×3 convs of stages 2-4.
     excite: squeeze-excitation on every residual branch.
     image_size: input (H, W) or side; only AA's relative tables depend on it.
-    stem: "standard" (7×7/2 conv-BN-ReLU to 64) or "deep" (the ResNet-D / PSPNet
-      stem of the Ham and mmseg segmentation backbones: 3×3/2 to 64, 3×3 to 64,
-      3×3 to 128, each conv-BN-ReLU), then the 3×3/2 max pool.
+    stem: "standard" (7×7/2 conv-BN-ReLU to 64) or "deep" (three 3×3 conv-BN-ReLU,
+      the first of stride 2, to `stem_widths`), then the 3×3/2 max pool.
+    stem_widths: the deep stem's widths at width 1 ((64, 64, 128): PSPNet /
+      Encoding / HamNet; (32, 32, 64): mmseg ResNetV1c), scaled as the stem's 64
+      is; unused by the standard stem.
+    padding: "same" or "torch" (see the module docstring).
     multi_grid: dilation multipliers of the last stage's blocks, cycled
       (DeepLabV3 / HamNet (1, 2, 4): dilations 4, 8, 16 at output stride 8).
     dtype: compute dtype.
@@ -146,9 +180,18 @@ class ResNetBackbone(nnx.Module):
   def __init__(self, *, depth: int, width: float = 1.0, output_stride: int = 32,
                in_channels: int = 3, augment: dict | None = None, excite: bool = False,
                image_size: int | tuple[int, int] = 224, stem: str = "standard",
+               stem_widths: tuple[int, int, int] = (64, 64, 128), padding: str = "same",
                multi_grid: tuple[int, ...] = (1,), dtype=None, rngs: nnx.Rngs):
-    if stem not in ("standard", "deep"):
-      raise ValueError(f"stem must be 'standard' or 'deep', got {stem!r}")
+    if stem not in STEMS:
+      raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
+    stem_widths = tuple(stem_widths)
+    if len(stem_widths) != 3 or not all(isinstance(w, int) and w > 0 for w in stem_widths):
+      raise ValueError(f"stem_widths must be three positive ints, got {stem_widths!r}")
+    if padding not in PADDINGS:
+      raise ValueError(f"padding must be one of {PADDINGS}, got {padding!r}")
+    if augment and padding != "same":
+      raise ValueError(f"padding must be 'same' for attention-augmented ResNets (AugmentedConv "
+                       f"pads 'SAME'), got {padding!r}")
     if depth not in STAGES:
       raise ValueError(f"depth must be one of {sorted(STAGES)}, got {depth!r}")
     if output_stride not in OUTPUT_STRIDES:
@@ -159,14 +202,18 @@ class ResNetBackbone(nnx.Module):
                        f"(AugmentedConv has no dilation), got {output_stride}")
     block = BasicBlock if depth in BASIC_DEPTHS else Bottleneck
     cin = _scaled(64, width)
+    pad3 = conv_padding(padding, 3)
     if stem == "standard":
-      self.stem = ConvBN(in_channels, cin, 7, 2, dtype=dtype, rngs=rngs)
+      self.stem = ConvBN(in_channels, cin, 7, 2, padding=conv_padding(padding, 7), dtype=dtype,
+                         rngs=rngs)
     else:
+      w1, w2, w3 = (max(1, cin * w // 64) for w in stem_widths)
       self.stem = nnx.Sequential(
-          ConvBN(in_channels, cin, 3, 2, dtype=dtype, rngs=rngs),
-          ConvBN(cin, cin, 3, dtype=dtype, rngs=rngs),
-          ConvBN(cin, 2 * cin, 3, dtype=dtype, rngs=rngs))
-      cin = 2 * cin
+          ConvBN(in_channels, w1, 3, 2, padding=pad3, dtype=dtype, rngs=rngs),
+          ConvBN(w1, w2, 3, padding=pad3, dtype=dtype, rngs=rngs),
+          ConvBN(w2, w3, 3, padding=pad3, dtype=dtype, rngs=rngs))
+      cin = w3
+    self.pool_padding = "SAME" if padding == "same" else ((1, 1), (1, 1))
     size = tuple(-(-s // 4) for s in _pair(image_size))  # after the stem and the max pool
     blocks = []
     for stage, (count, planes) in enumerate(zip(STAGES[depth], WIDTHS)):
@@ -177,15 +224,19 @@ class ResNetBackbone(nnx.Module):
         s = stride if i == 0 else 1
         d = dilation * multi_grid[i % len(multi_grid)] if stage == 3 else dilation
         blocks.append(block(cin, planes, s, d, spatial=size, augment=options,
-                            excite=excite, dtype=dtype, rngs=rngs))
+                            excite=excite, padding=padding, dtype=dtype, rngs=rngs))
         cin, size = planes * block.expansion, tuple(-(-n // s) for n in size)
     self.blocks = nnx.List(blocks)
     self.out_features, self.output_stride = cin, output_stride
 
+  def stem_features(self, x):
+    """The stem and the 3×3/2 max pool (the input of the first block)."""
+    return nnx.max_pool(self.stem(x), (3, 3), (2, 2), self.pool_padding)
+
   def __call__(self, x):
     if x.ndim != 4:
       raise ValueError(f"x must have shape (batch, height, width, channels), got {x.shape}")
-    x = nnx.max_pool(self.stem(x), (3, 3), (2, 2), "SAME")
+    x = self.stem_features(x)
     for block in self.blocks:
       x = block(x)
     return x
@@ -195,22 +246,24 @@ class ResNet(nnx.Module):
   """ResNetBackbone, global average pool, linear classifier; float32 logits.
 
   AA options (used when `augment`): kappa κ, upsilon υ, heads Nh,
-  min_key_dims per head, positional ("relative", "none", "sine", "coordconv"). stem as
-  ResNetBackbone's.
+  min_key_dims per head, positional ("relative", "none", "sine", "coordconv"). stem,
+  stem_widths and padding as ResNetBackbone's.
   """
 
   def __init__(self, *, num_classes: int, depth: int, width: float = 1.0,
                output_stride: int = 32, in_channels: int = 3, excite: bool = False,
                augment: bool = False, kappa: float = 0.2, upsilon: float = 0.1, heads: int = 8,
                min_key_dims: int = 20, positional: str = "relative",
-               image_size: int | tuple[int, int] = 224, stem: str = "standard", dtype=None,
-               rngs: nnx.Rngs):
+               image_size: int | tuple[int, int] = 224, stem: str = "standard",
+               stem_widths: tuple[int, int, int] = (64, 64, 128), padding: str = "same",
+               dtype=None, rngs: nnx.Rngs):
     options = (dict(kappa=kappa, upsilon=upsilon, heads=heads,
                     min_key_dims_per_head=min_key_dims, positional=positional)
                if augment else None)
     self.backbone = ResNetBackbone(depth=depth, width=width, output_stride=output_stride,
                                    in_channels=in_channels, augment=options, excite=excite,
-                                   image_size=image_size, stem=stem, dtype=dtype, rngs=rngs)
+                                   image_size=image_size, stem=stem, stem_widths=stem_widths,
+                                   padding=padding, dtype=dtype, rngs=rngs)
     self.head = nnx.Linear(self.backbone.out_features, num_classes, dtype=dtype, rngs=rngs)
 
   def __call__(self, x):

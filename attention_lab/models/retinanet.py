@@ -121,13 +121,14 @@ class RetinaNet(nnx.Module):
     kappa, upsilon, heads, min_key_dims: AA-backbone overrides (None: the AA-ResNets').
     image_size: the input (H, W) or side (only AA's relative tables depend on it).
     in_channels, dtype: input channels and compute dtype.
+    padding: the backbone's, "same" or "torch" (models/resnet.py).
   """
 
   def __init__(self, *, num_classes: int, backbone: str = "resnet", depth: int = 50,
                width: float = 1.0, features: int = 256, head_convs: int = 4,
                num_anchors: int = 9, min_level: int = 3, max_level: int = 7,
                prior: float = 0.01, head_norm: str = "none", p6_input: str = "c5",
-               image_size=640, in_channels: int = 3, dtype=None,
+               image_size=640, in_channels: int = 3, padding: str = "same", dtype=None,
                kappa: float | None = None, upsilon: float | None = None,
                heads: int | None = None, min_key_dims: int | None = None, rngs: nnx.Rngs):
     if not 2 <= min_level <= 5 or max_level < 5:
@@ -141,7 +142,7 @@ class RetinaNet(nnx.Module):
                                min_key_dims_per_head=min_key_dims)
     self.depth = options["depth"]
     self.backbone = ResNetBackbone(width=width, in_channels=in_channels, image_size=image_size,
-                                   dtype=dtype, rngs=rngs, **options)
+                                   padding=padding, dtype=dtype, rngs=rngs, **options)
     self.num_classes, self.num_anchors = num_classes, num_anchors
     self.min_level, self.max_level = min_level, max_level
     # Channels of C2..C5: each stage's last block output.
@@ -167,7 +168,7 @@ class RetinaNet(nnx.Module):
     if x.ndim != 4:
       raise ValueError(f"x must have shape (batch, height, width, channels), got {x.shape}")
     ends = set(_stage_ends(self.depth))
-    x = nnx.max_pool(self.backbone.stem(x), (3, 3), (2, 2), "SAME")
+    x = self.backbone.stem_features(x)
     c = []
     for i, block in enumerate(self.backbone.blocks):
       x = block(x)

@@ -34,6 +34,8 @@ Both take `aux_head`: an FCN auxiliary head on stage 3 (3×3 conv-BN-ReLU to
 256, dropout 0.1, 1×1 classifier; mmseg FCNHead), returned, upsampled to the
 input, by `model(x, with_aux=True)` → (logits, aux_logits).
 `width` scales the backbone and every head width (tests use tiny widths).
+`stem_widths` and `padding` are the backbone's (models/resnet.py): "torch"
+padding computes what weights read from a torch checkpoint were trained for.
 """
 
 import jax
@@ -73,10 +75,11 @@ class FCNHead(nnx.Module):
 class _Segmenter(nnx.Module):
   """The shared pieces: dilated backbone, optional auxiliary head on stage 3."""
 
-  def _init_backbone(self, *, depth, width, output_stride, in_channels, stem, multi_grid,
-                     aux_head, num_classes, dtype, rngs):
+  def _init_backbone(self, *, depth, width, output_stride, in_channels, stem, stem_widths,
+                     padding, multi_grid, aux_head, num_classes, dtype, rngs):
     self.backbone = ResNetBackbone(depth=depth, width=width, output_stride=output_stride,
                                    in_channels=in_channels, stem=stem,
+                                   stem_widths=tuple(stem_widths), padding=padding,
                                    multi_grid=tuple(multi_grid), dtype=dtype, rngs=rngs)
     self.aux_index = sum(STAGES[depth][:3]) - 1  # the last block of stage 3
     stage3 = _scaled(256, width) * type(self.backbone.blocks[self.aux_index]).expansion
@@ -89,7 +92,7 @@ class _Segmenter(nnx.Module):
     if not with_aux:
       return self.backbone(x), None
     b = self.backbone
-    f = nnx.max_pool(b.stem(x), (3, 3), (2, 2), "SAME")
+    f = b.stem_features(x)
     aux = None
     for i, block in enumerate(b.blocks):
       f = block(f)
@@ -102,13 +105,14 @@ class DeepLabV2(_Segmenter):
   """Args: num_classes; depth (101); output_stride (8); head (a key of HEADS); rates of
   ASPP (6, 12, 18, 24); heads and attention_features (4, 512) of the attention
   heads; classifier_kernel (1: the attention heads' classifier is 1×1; 3: 3×3);
-  stem ("standard") and multi_grid ((1,)) of the backbone; aux_head (False);
-  width; in_channels; dtype."""
+  stem ("standard"), stem_widths, padding ("same") and multi_grid ((1,)) of the
+  backbone; aux_head (False); width; in_channels; dtype."""
 
   def __init__(self, *, num_classes: int, depth: int = 101, output_stride: int = 8,
                head: str = "aspp", rates: tuple[int, ...] = (6, 12, 18, 24), heads: int = 4,
                attention_features: int = 512, classifier_kernel: int = 1,
-               stem: str = "standard",
+               stem: str = "standard", stem_widths: tuple[int, ...] = (64, 64, 128),
+               padding: str = "same",
                multi_grid: tuple[int, ...] = (1,), aux_head: bool = False, width: float = 1.0,
                in_channels: int = 3, dtype=None, rngs: nnx.Rngs):
     if head not in HEADS:
@@ -116,7 +120,8 @@ class DeepLabV2(_Segmenter):
     if classifier_kernel not in (1, 3):
       raise ValueError(f"classifier_kernel must be 1 or 3, got {classifier_kernel!r}")
     self._init_backbone(depth=depth, width=width, output_stride=output_stride,
-                        in_channels=in_channels, stem=stem, multi_grid=multi_grid,
+                        in_channels=in_channels, stem=stem, stem_widths=stem_widths,
+                        padding=padding, multi_grid=multi_grid,
                         aux_head=aux_head, num_classes=num_classes, dtype=dtype, rngs=rngs)
     c = self.backbone.out_features
     if head == "aspp":
@@ -145,17 +150,21 @@ class HamNet(_Segmenter):
   """Args: num_classes; depth (101; 50 in the ablations); output_stride (8); channels (512,
   the Hamburger's C and d); ham ("nmf"), rank r (64), ham_options (other
   Hamburger arguments, e.g. init, gradient, train_steps); align_channels (256);
-  dropout (0.1); stem ("deep") and multi_grid ((1, 2, 4)) of the backbone;
-  aux_head (False); width; in_channels; dtype."""
+  dropout (0.1); stem ("deep"), stem_widths ((64, 64, 128)), padding ("same")
+  and multi_grid ((1, 2, 4)) of the backbone; aux_head (False); width;
+  in_channels; dtype."""
 
   def __init__(self, *, num_classes: int, depth: int = 101, output_stride: int = 8,
                channels: int = 512, ham: str = "nmf", rank: int = 64,
                ham_options: dict | None = None, align_channels: int = 256,
-               dropout: float = 0.1, stem: str = "deep", multi_grid: tuple[int, ...] = (1, 2, 4),
+               dropout: float = 0.1, stem: str = "deep",
+               stem_widths: tuple[int, ...] = (64, 64, 128), padding: str = "same",
+               multi_grid: tuple[int, ...] = (1, 2, 4),
                aux_head: bool = False, width: float = 1.0, in_channels: int = 3, dtype=None,
                rngs: nnx.Rngs):
     self._init_backbone(depth=depth, width=width, output_stride=output_stride,
-                        in_channels=in_channels, stem=stem, multi_grid=multi_grid,
+                        in_channels=in_channels, stem=stem, stem_widths=stem_widths,
+                        padding=padding, multi_grid=multi_grid,
                         aux_head=aux_head, num_classes=num_classes, dtype=dtype, rngs=rngs)
     c, a = _scaled(channels, width), _scaled(align_channels, width)
     self.squeeze = ConvBN(self.backbone.out_features, c, 3, dtype=dtype, rngs=rngs)

@@ -118,3 +118,68 @@ def test_every_resnet_kind_traces_forward_and_backward_at_full_depth(name):
   grads = jax.eval_shape(jax.grad(loss), params, rest, x)
   assert jax.tree.map(lambda g: (g.shape, g.dtype), grads) == jax.tree.map(
       lambda p: (p.shape, p.dtype), params)
+
+
+def _eval_backbone(padding):
+  """The tiny backbone (the same values under either padding) in eval mode, jitted."""
+  model = create_tiny("resnet", num_classes=3, depth=14, width=0.0625, padding=padding)
+  model.eval()
+  return jax.jit(lambda x: model.backbone(x)), model
+
+
+def test_torch_padding_differs_from_same_only_at_even_sizes():
+  """Same shapes and parameters; equal values on sizes that stay odd through every stride-2
+  layer (33 → 17 → 9 → 5 → 3, 65 → 33 → ...), different values on even sizes (a one-pixel
+  shift at every stride-2 conv and the max pool). tests/checkpoints checks both against an
+  independent torch-semantics reference."""
+  (same, same_model), (torch, torch_model) = _eval_backbone("same"), _eval_backbone("torch")
+  assert model_stats.count_params(same_model) == model_stats.count_params(torch_model)
+  for shape, equal in (((1, 33, 65, 3), True), ((1, 32, 64, 3), False)):
+    x = jax.random.normal(jax.random.key(0), shape)
+    a, b = np.asarray(same(x)), np.asarray(torch(x))
+    assert a.shape == b.shape == (1, -(-shape[1] // 32), -(-shape[2] // 32), 64 * 4 // 2)
+    assert np.allclose(a, b, atol=1e-5) == equal
+
+
+def test_deep_stem_widths():
+  """(64, 64, 128): the PSPNet / Encoding stem; (32, 32, 64): mmseg's ResNetV1c."""
+  for widths in ((64, 64, 128), (32, 32, 64)):
+    backbone = nnx.eval_shape(lambda: ResNetBackbone(depth=14, stem="deep", stem_widths=widths,
+                                                     padding="torch", rngs=nnx.Rngs(0)))
+    convs = [layer.conv for layer in backbone.stem.layers]
+    assert tuple(c.out_features for c in convs) == widths
+    assert [c.padding for c in convs] == [((1, 1), (1, 1))] * 3
+    assert backbone.blocks[0].reduce.conv.in_features == widths[-1]
+  # At width 1/8 the stem scales with the standard stem's 64 (8): 8, 8, 16.
+  tiny = nnx.eval_shape(lambda: ResNetBackbone(depth=14, width=0.125, stem="deep",
+                                               rngs=nnx.Rngs(0)))
+  assert [layer.conv.out_features for layer in tiny.stem.layers] == [8, 8, 16]
+
+
+def test_bad_stem_and_padding_raise():
+  with pytest.raises(ValueError, match="padding must be one of"):
+    ResNetBackbone(depth=14, padding="valid", rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="stem_widths"):
+    ResNetBackbone(depth=14, stem="deep", stem_widths=(64, 128), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="stem must be one of"):
+    ResNetBackbone(depth=14, stem="7x7", rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="padding must be 'same' for attention-augmented"):
+    model_stats.build_abstract("aa_resnet50", 10, padding="torch")
+
+
+@pytest.mark.parametrize("name", ["deeplab_v2", "hamnet", "retinanet"])
+def test_models_on_a_resnet_pass_padding_and_stem_to_it(name):
+  """The segmentation and detection models build their backbone with the padding (and the
+  segmentation models with the deep stem widths) they are given."""
+  kw = dict(depth=14, width=0.125, padding="torch")
+  if name != "retinanet":
+    kw.update(stem="deep", stem_widths=(32, 32, 64), aux_head=True)
+  model = model_stats.build_abstract(name, 5, **kw)
+  backbone = model.backbone
+  assert backbone.pool_padding == ((1, 1), (1, 1))
+  if name != "retinanet":
+    assert [layer.conv.out_features for layer in backbone.stem.layers] == [4, 4, 8]
+    graphdef, state = nnx.split(model)
+    logits, aux = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x, with_aux=True), state,
+                                 jax.ShapeDtypeStruct((1, 32, 48, 3), jnp.float32))
+    assert logits.shape == aux.shape == (1, 32, 48, 5)
