@@ -2,15 +2,24 @@
 random initial values, keeping every array's sharding (multi-host safe).
 
 Sources:
-- a torchvision ResNet `.pth` / `.pt` file (a zip of pickled storages, read
-  without torch by checkpoints/torch_reader.py, mapped by
-  checkpoints/torchvision_resnet.py);
+- a PyTorch ResNet `.pth` / `.pt` file (read without torch by
+  checkpoints/torch_reader.py, mapped by checkpoints/torch_resnet.py):
+  torchvision's, or the deep-stem ResNets of PyTorch-Encoding / EMANet /
+  Enjoy-Hamburger, PSPNet (hszhao/semseg) and mmcv / mmseg (ResNetV1c, also
+  inside a whole mmseg model checkpoint);
 - an orbax checkpoint of our classification task (e.g. configs/sanet or an
   ImageNet ResNet run): a workdir, its `checkpoints/` folder or one step
   folder; its `params["backbone"]` and `rest["backbone"]` (BatchNorm
   statistics) are copied where our model has the same path and shape.
 Every backbone variable must be found, with its shape; otherwise ValueError
-names the first missing or mismatched one.
+names the first missing or mismatched one (and, for a stem, the stem options
+the checkpoint needs).
+
+Padding follows the source (`model_options`, called where a task builds its
+model): torch-trained weights need the backbone's `padding="torch"`, which is
+chosen whenever `init_from` names a torch file and `config.model.padding` is
+absent or "auto"; an orbax checkpoint of ours, or a fresh start, keeps the
+model's own padding ("same").
 """
 
 import os
@@ -50,13 +59,48 @@ def _orbax_item(path: str) -> str:
   return path
 
 
+def is_torch_checkpoint(init_from: str) -> bool:
+  """True when `init_from` names a torch.save file: not empty, not a config file
+  (`path.py[:preset]`) and not a directory (an orbax checkpoint or workdir)."""
+  if not init_from or init_from.partition(":")[0].endswith(".py"):
+    return False
+  return not os.path.isdir(init_from)
+
+
+def model_options(config) -> dict:
+  """Model arguments that the weights of `config.init_from` fix, for the task to pass when it
+  builds `config.model`: {"padding": "torch"} for a torch checkpoint, {"padding": "same"}
+  otherwise, when `config.model.padding` is "auto"; {} when it names a padding itself
+  (an explicit choice wins) or is absent and there is no torch checkpoint."""
+  padding = config.model.get("padding", "auto")
+  if padding != "auto":
+    return {}
+  if is_torch_checkpoint(config.get("init_from") or ""):
+    return {"padding": "torch"}
+  return {"padding": "same"} if "padding" in config.model else {}
+
+
+def _stem_hint(weights) -> str:
+  """An error suffix naming the stem options the loaded weights need ("" if unknown)."""
+  stem = ("params", "backbone", "stem")
+  if stem + ("conv", "kernel") in weights:
+    return " (its stem needs --config.model.stem=standard)"
+  widths = [weights[stem + ("layers", str(i), "conv", "kernel")].shape[-1]
+            for i in range(3) if stem + ("layers", str(i), "conv", "kernel") in weights]
+  if len(widths) != 3:
+    return ""
+  return (f" (its stem needs --config.model.stem=deep "
+          f"--config.model.stem_widths=\"({','.join(map(str, widths))})\")")
+
+
 def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
   """{("params" | "rest", "backbone", ...): numpy value} from a .pth file or orbax checkpoint."""
   if not os.path.exists(path):
     raise ValueError(f"init_from {path!r} does not exist")
   if os.path.isfile(path):
-    from attention_lab.checkpoints import torch_reader, torchvision_resnet  # pylint: disable=g-import-not-at-top
-    converted = torchvision_resnet.convert(torch_reader.load_torch_state_dict(path))
+    from attention_lab.checkpoints import torch_reader, torch_resnet  # pylint: disable=g-import-not-at-top
+    state = torch_resnet.unwrap(torch_reader.load_torch_state_dict(path))
+    converted = torch_resnet.convert(state)
     return {(("rest" if k[-1] in ("mean", "var") else "params"), "backbone") + k: v
             for k, v in converted.items()}
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
@@ -86,12 +130,13 @@ def load_into(state, path: str):
   wanted = {k for k, v in flat_state.items()
             if k[1] == "backbone" and hasattr(v, "shape") and
             np.issubdtype(np.dtype(v.dtype), np.floating)}
-  for key in sorted(wanted):
+  for key in sorted(wanted, key=lambda k: (k[2:3] != ("stem",), k)):  # the stem first
+    hint = _stem_hint(weights) if key[2:3] == ("stem",) else ""
     if key not in weights:
-      raise ValueError(f"init_from {path!r} has no {'/'.join(key[1:])} ({key[0]})")
+      raise ValueError(f"init_from {path!r} has no {'/'.join(key[1:])} ({key[0]}){hint}")
     if tuple(weights[key].shape) != tuple(flat_state[key].shape):
       raise ValueError(f"init_from {path!r}: {'/'.join(key[1:])} has shape "
-                       f"{weights[key].shape}, our model {flat_state[key].shape}")
+                       f"{weights[key].shape}, our model {flat_state[key].shape}{hint}")
   unused = sorted(set(weights) - wanted)
   logging.info("init_from %s: %d backbone arrays loaded, %d unused", path, len(wanted),
                len(unused))

@@ -1,132 +1,166 @@
-"""torchvision ResNet weights → our ResNet, proven on a .pth zip written here in torch's format:
-the stem, max pool and first bottleneck of our model equal an independent NCHW numpy computation
-(PyTorch semantics: symmetric k//2 padding, eval-mode BatchNorm) on the same weights."""
-
-import collections
+"""torchvision ResNet weights → our ResNet, proven on .pth zips written here in torch's format:
+with `padding="torch"` the whole backbone equals an independent NCHW numpy computation
+(tests/checkpoints/resnet_reference.py) at even and odd input sizes; 'SAME' equals it only at
+odd sizes. Where torchvision is installed, against torchvision itself."""
 
 import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
-from attention_lab.checkpoints import backbone_weights, torchvision_resnet
+from attention_lab.checkpoints import backbone_weights, torch_resnet
 from attention_lab.models.resnet import ResNetBackbone
-from tests.checkpoints.test_torch_reader import Storage, Tensor, write_zip
-
-C = 8  # width 0.125: stem 8 channels, stage widths 8, 16, 32, 64 (×4 out)
+from tests.checkpoints import resnet_reference as ref
 
 
-def torchvision_state(rng):
-  """A torchvision-named ResNet state dict at depth 14 (one bottleneck per stage)."""
-  shapes = {"conv1.weight": (C, 3, 7, 7)}
-  bn = lambda name, n: {f"{name}.{k}": (n,) for k in
-                        ("weight", "bias", "running_mean", "running_var")}
-  shapes.update(bn("bn1", C))
-  cin = C
-  for stage, planes in enumerate((C, 2 * C, 4 * C, 8 * C), 1):
-    p = f"layer{stage}.0"
-    shapes.update({f"{p}.conv1.weight": (planes, cin, 1, 1), f"{p}.conv2.weight":
-                   (planes, planes, 3, 3), f"{p}.conv3.weight": (4 * planes, planes, 1, 1),
-                   f"{p}.downsample.0.weight": (4 * planes, cin, 1, 1)})
-    for name, n in (("bn1", planes), ("bn2", planes), ("bn3", 4 * planes),
-                    ("downsample.1", 4 * planes)):
-      shapes.update(bn(f"{p}.{name}", n))
-    cin = 4 * planes
-  shapes.update({"fc.weight": (10, cin), "fc.bias": (10,)})
-  state = collections.OrderedDict()
-  for name, shape in shapes.items():
-    if name.endswith("running_var"):
-      value = rng.uniform(0.5, 2.0, shape)
-    elif name.endswith(".weight") and len(shape) == 1:
-      value = rng.uniform(0.5, 1.5, shape)
-    else:
-      value = rng.normal(0, 0.3, shape)
-    state[name] = value.astype(np.float32)
-  state["bn1.num_batches_tracked"] = np.array(7, np.int64)
-  return state
-
-
-def write_pth(path, state):
-  tensors = collections.OrderedDict()
-  for i, (name, value) in enumerate(state.items()):
-    stride = tuple(int(s) // value.itemsize for s in value.strides)
-    tensors[name] = Tensor(Storage(str(i), value), 0, value.shape, stride)
-  write_zip(path, tensors)
-
-
-# Independent reference, NCHW, float64.
-def conv(x, w, stride=1):
-  k = w.shape[-1]
-  p = k // 2
-  x = np.pad(x, [(0, 0), (0, 0), (p, p), (p, p)])
-  h = (x.shape[2] - k) // stride + 1
-  wd = (x.shape[3] - k) // stride + 1
-  out = np.zeros((x.shape[0], w.shape[0], h, wd))
-  for i in range(k):
-    for j in range(k):
-      patch = x[:, :, i:i + stride * h:stride, j:j + stride * wd:stride]
-      out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
-  return out
-
-
-def bn(x, s, name):
-  g = lambda k: s[f"{name}.{k}"].astype(np.float64)[None, :, None, None]
-  return (x - g("running_mean")) / np.sqrt(g("running_var") + 1e-5) * g("weight") + g("bias")
-
-
-def max_pool(x):
-  x = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)], constant_values=-np.inf)
-  h, w = (x.shape[2] - 3) // 2 + 1, (x.shape[3] - 3) // 2 + 1
-  return np.max([x[:, :, i:i + 2 * h:2, j:j + 2 * w:2] for i in range(3) for j in range(3)], 0)
-
-
-def reference(x, s):
-  relu = lambda v: np.maximum(v, 0)
-  x = max_pool(relu(bn(conv(x, s["conv1.weight"], 2), s, "bn1")))
-  stem = x
-  p = "layer1.0"
-  y = relu(bn(conv(x, s[f"{p}.conv1.weight"]), s, f"{p}.bn1"))
-  y = relu(bn(conv(y, s[f"{p}.conv2.weight"]), s, f"{p}.bn2"))
-  y = bn(conv(y, s[f"{p}.conv3.weight"]), s, f"{p}.bn3")
-  shortcut = bn(conv(x, s[f"{p}.downsample.0.weight"]), s, f"{p}.downsample.1")
-  return stem, relu(y + shortcut)
-
-
-def test_stem_and_bottleneck_match_an_nchw_numpy_computation(tmp_path):
-  rng = np.random.default_rng(0)
-  state = torchvision_state(rng)
-  path = str(tmp_path / "resnet.pth")
-  write_pth(path, state)
-  model = ResNetBackbone(depth=14, width=0.125, rngs=nnx.Rngs(0))
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+def load(path, depth=14, width=0.125, **options):
+  """Our backbone, filled from `path` by backbone_weights.load_into, in eval mode."""
+  abstract = nnx.eval_shape(lambda: ResNetBackbone(depth=depth, width=width, rngs=nnx.Rngs(0),
+                                                   **options))
+  graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+  params, rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, rest))
   loaded = backbone_weights.load_into(
       {"params": {"backbone": params}, "rest": {"backbone": rest}}, path)
   model = nnx.merge(graphdef, loaded["params"]["backbone"], loaded["rest"]["backbone"])
   model.eval()
-  x = rng.normal(size=(2, 3, 17, 21))  # odd sizes: 'SAME' pads as PyTorch does
-  stem_ref, block_ref = reference(x, state)
-  nhwc = jax.numpy.asarray(x.transpose(0, 2, 3, 1), jax.numpy.float32)
-  stem = nnx.max_pool(model.stem(nhwc), (3, 3), (2, 2), "SAME")
-  block = model.blocks[0](stem)
-  np.testing.assert_allclose(np.asarray(stem).transpose(0, 3, 1, 2), stem_ref, rtol=1e-4,
-                             atol=1e-4)
-  np.testing.assert_allclose(np.asarray(block).transpose(0, 3, 1, 2), block_ref, rtol=1e-4,
-                             atol=1e-4)
-  # Every backbone variable came from the file; the classifier was not mapped.
-  converted = torchvision_resnet.convert(state)
-  assert len(converted) == len(state) - 3  # fc.weight, fc.bias, num_batches_tracked
-  assert converted[("blocks", "3", "shortcut", "norm", "var")].shape == (8 * C * 4,)
+  return model
 
 
-def test_bad_files_and_shapes_are_named(tmp_path):
-  state = torchvision_state(np.random.default_rng(1))
-  with pytest.raises(ValueError, match="no counterpart"):
-    torchvision_resnet.convert({**state, "layer1.0.se.weight": np.zeros((2, 2, 1, 1))})
-  path = str(tmp_path / "resnet.pth")
-  write_pth(path, state)
-  model = ResNetBackbone(depth=14, width=0.25, rngs=nnx.Rngs(0))  # wider than the file
+def features(model, x_nchw):
+  """(stem + max pool, backbone output) of our model, back in NCHW."""
+  x = jnp.asarray(x_nchw.transpose(0, 2, 3, 1), jnp.float32)
+  stem, out = jax.jit(lambda x: (model.stem_features(x), model(x)))(x)
+  return np.asarray(stem).transpose(0, 3, 1, 2), np.asarray(out).transpose(0, 3, 1, 2)
+
+
+def relative_error(ours, reference):
+  return float(np.abs(ours - reference).max() / np.abs(reference).max())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+  state = ref.state_dict(np.random.default_rng(0))
+  path = str(tmp_path_factory.mktemp("tv") / "resnet.pth")
+  ref.write_pth(path, state)
+  return state, path
+
+
+@pytest.mark.parametrize("size", [32, 33])
+def test_torch_padding_gives_torchvision_features_at_even_and_odd_sizes(checkpoint, size):
+  state, path = checkpoint
+  x = np.random.default_rng(size).normal(size=(2, 3, size, 2 * size - size % 2))
+  stem_ref, out_ref = ref.forward(x, state)
+  stem, out = features(load(path, padding="torch"), x)
+  assert out.shape == out_ref.shape == (2, 8 * ref.C * 4, -(-size // 32), -(-x.shape[3] // 32))
+  np.testing.assert_allclose(stem, stem_ref, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(out, out_ref, rtol=1e-4, atol=1e-4)
+  # 'SAME' padding is torch's only on odd sizes; on even ones every stride-2 layer shifts.
+  _, same = features(load(path), x)
+  if size % 2:
+    np.testing.assert_allclose(same, out_ref, rtol=1e-4, atol=1e-4)
+  else:
+    assert relative_error(same, out_ref) > 0.05
+
+
+def test_every_tensor_lands_once(checkpoint):
+  state, _ = checkpoint
+  converted = torch_resnet.convert(state)
+  dropped = [k for k in state if k.startswith("fc.") or k.endswith("num_batches_tracked")]
+  assert len(converted) == len(state) - len(dropped) and len(dropped) == 2 + 17
+  np.testing.assert_array_equal(converted[("blocks", "3", "shortcut", "norm", "var")],
+                                state["layer4.0.downsample.1.running_var"])
+  np.testing.assert_array_equal(converted[("stem", "conv", "kernel")],
+                                state["conv1.weight"].transpose(2, 3, 1, 0))
+  model = nnx.eval_shape(lambda: ResNetBackbone(depth=14, width=0.125, rngs=nnx.Rngs(0)))
   _, params, rest = nnx.split(model, nnx.Param, ...)
+  ours = {k for k, v in backbone_weights.flatten({"p": params, "r": rest}).items()
+          if np.issubdtype(np.dtype(v.dtype), np.floating)}
+  assert {k[1:] for k in ours} == set(converted)  # no leftovers, nothing missing
+
+
+def test_bad_files_and_shapes_are_named(checkpoint, tmp_path):
+  state, path = checkpoint
+  with pytest.raises(ValueError, match="no counterpart"):
+    torch_resnet.convert({**state, "layer1.0.se.weight": np.zeros((2, 2, 1, 1))})
+  with pytest.raises(ValueError, match="no ResNet stem"):
+    torch_resnet.convert({k: v for k, v in state.items() if not k.startswith(("conv1", "bn1"))})
   with pytest.raises(ValueError, match="shape"):
-    backbone_weights.load_into({"params": {"backbone": params}, "rest": {"backbone": rest}}, path)
+    load(path, width=0.25)  # wider than the file
+  with pytest.raises(ValueError, match="stem needs --config.model.stem=standard"):
+    load(path, stem="deep")
   with pytest.raises(ValueError, match="does not exist"):
     backbone_weights.load_into({"params": {}, "rest": {}}, str(tmp_path / "missing.pth"))
+
+
+def test_torch_checkpoints_choose_torch_padding(checkpoint, tmp_path):
+  """The tasks build their model with model_options(config): torch files get torch padding;
+  an orbax checkpoint, a config file or no init_from keep 'same'; an explicit padding wins."""
+  _, path = checkpoint
+  config = lambda init_from, **model: ml_collections.ConfigDict(
+      {"init_from": init_from, "model": {"name": "hamnet", **model}})
+  options = backbone_weights.model_options
+  assert options(config(path)) == {"padding": "torch"}
+  assert options(config(path, padding="auto")) == {"padding": "torch"}
+  assert options(config(path, padding="same")) == {}
+  assert options(config(str(tmp_path), padding="auto")) == {"padding": "same"}  # orbax dir
+  assert options(config("configs/segmentation/digits_backbone.py:cpu")) == {}
+  assert options(config("", padding="auto")) == {"padding": "same"}
+  assert options(config("")) == {}
+
+
+@pytest.mark.parametrize("size", [64, 65])
+def test_real_torchvision(tmp_path, size):
+  """torchvision's own Bottleneck ResNet (one block per stage, full width, random weights and
+  BatchNorm statistics), saved by torch.save, read without torch, equals torchvision."""
+  torch = pytest.importorskip("torch")
+  try:
+    import torchvision  # pylint: disable=g-import-not-at-top
+  except Exception as e:  # pylint: disable=broad-except
+    pytest.skip(f"torchvision does not import here: {e}")  # e.g. a CUDA build on CPU torch
+  torch.manual_seed(0)
+  net = torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, [1, 1, 1, 1])
+  with torch.no_grad():
+    for m in net.modules():
+      if isinstance(m, torch.nn.BatchNorm2d):
+        m.weight.uniform_(0.5, 1.5), m.bias.normal_(0, 0.3)
+        m.running_mean.normal_(0, 0.3), m.running_var.uniform_(0.5, 2.0)
+  net.eval()
+  path = str(tmp_path / "resnet.pth")
+  torch.save(net.state_dict(), path)
+  x = np.random.default_rng(0).normal(size=(1, 3, size, size)).astype(np.float32)
+  body = torch.nn.Sequential(*list(net.children())[:-2])
+  with torch.no_grad():
+    expected = body(torch.from_numpy(x)).numpy()
+  _, out = features(load(path, width=1.0, padding="torch"), x)
+  assert relative_error(out, expected) < 1e-4
+
+
+def test_the_segmentation_task_builds_torch_padding_for_a_torch_checkpoint(checkpoint, tmp_path):
+  """voc_hamnet:cpu (depth 14, width 1/8, the 7×7 stem) with init_from = a torchvision .pth:
+  the task builds its backbone with torch padding and fills it from the file; without
+  init_from the same config builds 'SAME'."""
+  from attention_lab.train import tasks, trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from attention_lab.train.tasks import base  # pylint: disable=g-import-not-at-top
+  from configs.hamburger import voc_hamnet  # pylint: disable=g-import-not-at-top
+  state_dict, path = checkpoint
+  config = voc_hamnet.get_config("cpu")
+  assert config.model.padding == "auto"
+
+  def task_for(init_from):
+    config.init_from = init_from
+    env = base.Environment(trainer_lib.make_mesh(config), str(tmp_path), config.batch_size)
+    return tasks.create(config, env)
+
+  assert nnx.eval_shape(lambda: task_for("").net.build(nnx.Rngs(0))).backbone.pool_padding == (
+      "SAME")
+  task = task_for(path)
+  model = nnx.eval_shape(lambda: task.net.build(nnx.Rngs(0)))
+  assert model.backbone.pool_padding == ((1, 1), (1, 1))
+  assert model.backbone.stem.conv.padding == ((3, 3), (3, 3))
+  _, params, rest = nnx.split(model, nnx.Param, ...)  # zeros: init_state compiles for a minute
+  params, rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, rest))
+  loaded = task.from_pretrained({"params": params, "rest": rest})
+  np.testing.assert_array_equal(loaded["params"]["backbone"]["stem"]["conv"]["kernel"][...],
+                                state_dict["conv1.weight"].transpose(2, 3, 1, 0))

@@ -25,6 +25,7 @@ import numpy as np
 from clu import metrics
 from jax.experimental import multihost_utils
 
+from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import detection as data
 from attention_lab.evaluation import coco
 from attention_lab.ops import boxes as box_ops
@@ -67,7 +68,8 @@ class Detection(base.Task):
         config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes,
-                                       num_anchors=per_location, image_size=size, rngs=rngs),
+                                       num_anchors=per_location, image_size=size, rngs=rngs,
+                                       **backbone_weights.model_options(config)),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)
     self._jit_detect = None
 
@@ -82,7 +84,6 @@ class Detection(base.Task):
     path = self.config.get("init_from", "")
     if not path:
       return state
-    from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
     return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
   # Loss.

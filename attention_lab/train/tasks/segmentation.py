@@ -20,8 +20,9 @@ flipped input; each forward pass on the whole canvas, or in sliding windows of
 `config.eval.window` pixels at stride `config.eval.stride` with the logits of
 overlapping windows averaged.
 
-Weights from elsewhere (`config.init_from`, on a fresh start): a torchvision
-ResNet `.pth` file (read without torch, mapped by name; checkpoints/), an
+Weights from elsewhere (`config.init_from`, on a fresh start): a torch ResNet
+`.pth` file (torchvision's or a deep-stem one; read without torch, mapped by
+name; checkpoints/; the backbone is then built with torch's padding), an
 orbax checkpoint of our classification task (a workdir, its checkpoints/
 folder or one step folder), or a classification config file
 (`path.py[:preset]`), trained first into <workdir>/pretrained (resumed there
@@ -138,6 +139,7 @@ class Segmentation(base.Task):
     self.schedule = optim.make_schedule(
         config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
     extra = {"aux_head": True} if self.aux_weight > 0 else {}
+    extra.update(backbone_weights.model_options(config))  # torch weights: torch padding
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs,
                                        **extra),
