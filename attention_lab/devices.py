@@ -5,14 +5,19 @@ H100 80GB HBM3" → "H100"), the most specific name first. Figures are per JAX d
 (v4: one TensorCore, half a chip), dense (no structured sparsity).
 
 Sources: Google Cloud TPU documentation (cloud.google.com/tpu/docs/<chip>, "System
-architecture"); NVIDIA data sheets (V100, A100, H100 SXM, H200 SXM).
+architecture"); NVIDIA data sheets (V100, A100, H100 SXM, H200 SXM, and for the papers'
+GPUs TITAN Xp, GTX 1080 Ti, RTX 2080 Ti). A GPU's memory is the total CUDA reports (what
+the GPU target configs in attention_lab/gpu_targets/ give XLA), not the marketing figure.
 
 Which peak a dtype means, as JAX runs it:
 - bfloat16 / float16: the matrix units' 16-bit rate.
 - float32 on a TPU: JAX's default precision multiplies float32 in one bf16 pass, so the
   bf16 peak. On an A100 / H100 / H200: XLA's default precision uses TF32 tensor cores for
   float32 dots and convolutions, so the TF32 peak. On a V100 (no TF32): the FP32 FMA peak.
-- A dtype a device has no fast path for (bfloat16 on a V100) has no peak: no MFU.
+- Pascal (TITAN Xp, GTX 1080 Ti) has no tensor cores and runs float16 at 1/64 rate: only
+  float32. Turing GeForce (RTX 2080 Ti) multiplies float16 with float32 accumulation (as
+  XLA does) at half its tensor cores' float16-accumulate rate.
+- A dtype a device has no fast path for (bfloat16 on a V100 or older) has no peak: no MFU.
 """
 
 import dataclasses
@@ -46,20 +51,28 @@ DEVICES = (
     _tpu("TPU v4", 137.5e12, 16, 614e9),  # per TensorCore: 275 TFLOP/s, 32 GiB, 1,228 GB/s per chip
     # H200 SXM: H100 SXM's compute, 141 GB of HBM3e at 4.8 TB/s.
     Device("H200", {"float32": 494.7e12, "bfloat16": 989.4e12, "float16": 989.4e12},
-           141 * 10**9, 4.8e12),
+           151_397_597_184, 4.8e12),
     # H100 PCIe 80 GB: TF32 378, BF16/FP16 756 TFLOP/s dense; 2.0 TB/s.
     Device("H100 PCIe", {"float32": 378e12, "bfloat16": 756e12, "float16": 756e12},
            80 * 10**9, 2.0e12),
     # H100 SXM5 80 GB: TF32 494.7, BF16/FP16 989.4 TFLOP/s dense; 3.35 TB/s.
     Device("H100", {"float32": 494.7e12, "bfloat16": 989.4e12, "float16": 989.4e12},
-           80 * 10**9, 3.35e12),
+           84_942_979_072, 3.35e12),
     # A100 SXM4 80 GB: TF32 156, BF16/FP16 312 TFLOP/s dense; 2,039 GB/s (40 GB: 1,555 GB/s).
     Device("A100-SXM4-40GB", {"float32": 156e12, "bfloat16": 312e12, "float16": 312e12},
            40 * 10**9, 1.555e12),
     Device("A100", {"float32": 156e12, "bfloat16": 312e12, "float16": 312e12},
-           80 * 10**9, 2.039e12),
+           85_100_068_864, 2.039e12),
     # V100 SXM2: FP32 15.7, FP16 tensor 125 TFLOP/s; no bf16 tensor cores; 900 GB/s.
+    Device("V100-SXM2-16GB", {"float32": 15.7e12, "float16": 125e12}, 16_935_682_048, 900e9),
     Device("V100", {"float32": 15.7e12, "float16": 125e12}, 32 * 10**9, 900e9),
+    # RTX 2080 Ti (TU102): 68 SMs × 64 FP32 lanes × 2 × 1.545 GHz = 13.4 TFLOP/s; float16
+    # tensor cores with float32 accumulation 53.8 TFLOP/s; 11 GB GDDR6, 616 GB/s.
+    Device("RTX 2080 Ti", {"float32": 13.45e12, "float16": 53.8e12}, 11_554_717_696, 616e9),
+    # TITAN Xp (GP102): 30 SMs × 128 × 2 × 1.582 GHz = 12.1 TFLOP/s; 12 GB GDDR5X, 547.7 GB/s.
+    Device("TITAN Xp", {"float32": 12.15e12}, 12_788_498_432, 547.6e9),
+    # GTX 1080 Ti (GP102): 28 SMs × 128 × 2 × 1.582 GHz = 11.3 TFLOP/s; 11 GB GDDR5X, 484 GB/s.
+    Device("GTX 1080 Ti", {"float32": 11.34e12}, 11_721_506_816, 484e9),
 )
 
 
