@@ -11,6 +11,8 @@ setuptools.setup(
         "a train loop and paper-table reproductions."
     ),
     packages=setuptools.find_packages(include=["attention_lab", "attention_lab.*"]),
+    # GPU target configs for `python -m attention_lab.aot --topology=h100` and the like.
+    package_data={"attention_lab": ["gpu_targets/*.txtpb"]},
     python_requires=">=3.11",
     install_requires=[
         "jax>=0.10.2,<0.11",
@@ -35,6 +37,9 @@ setuptools.setup(
         # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
         # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+        # JAX's CUDA 12 plugin (with CUDA and cuDNN) for NVIDIA GPU hosts, and for
+        # `python -m attention_lab.aot --topology=h100` (compiles for a GPU on the CPU).
+        "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
         # experiments/relative_timm.py puts timm's BottleneckAttn beside ours (optional).
         "timm": ["torch", "timm"],
     },

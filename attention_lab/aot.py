@@ -1,31 +1,36 @@
-"""Does a config fit a TPU slice? Compiles its exact train step for a TPU topology on the CPU.
+"""Does a config fit a TPU slice or a GPU? Compiles its exact train step for the target on the CPU.
 
   python -m attention_lab.aot --config=configs/sanet/imagenet.py --topology=v5e:4x4 \\
       [--config.batch_size=1024 ...] [--json=OUT.json]
+  python -m attention_lab.aot --config=configs/isa/cifar10.py --topology=h100   # or h100x8, ...
 
 The same task, model, optimizer, state shardings (`mesh.param_sharding`), global
 batch and `jax.jit` as `attention_lab.main` (trainer.jit_train_step), lowered with
-abstract inputs over the devices of `jax.experimental.topologies` and compiled by
-libtpu's XLA:TPU compiler (`pip install -e '.[tpu]'`; no TPU needed, no data
-read). Prints, per device (chip; v4: per TensorCore): argument, output and
-temporary bytes from `memory_analysis()` (arguments + outputs + temporaries −
-donated aliases = the step's footprint) against the HBM, FLOPs and bytes accessed
-from `cost_analysis()`, and a roofline step time max(FLOPs / peak, bytes /
-bandwidth). Exit status 1 with one line when it does not fit; 2 on a bad
-configuration.
+abstract inputs over the devices of `jax.experimental.topologies` and compiled on
+this CPU without the accelerator, no data read:
+- TPU slices (`v5e:2x2`, `v4:2x2x2`, ...): libtpu's XLA:TPU compiler
+  (`pip install -e '.[tpu]'`).
+- GPUs (`NAME` for one, `NAMExN` for N on one host, NAME one of the target configs
+  shipped in attention_lab/gpu_targets/: h100, h200, a100, v100, rtx_2080_ti,
+  titan_xp, gtx_1080_ti): XLA:GPU of the CUDA plugin (`pip install -e '.[gpu]'`).
+Prints, per device: argument, output and temporary bytes from `memory_analysis()`
+(arguments + outputs + temporaries − donated aliases = the step's footprint)
+against the device memory, FLOPs and bytes accessed, and a roofline step time
+max(FLOPs / peak, bytes / bandwidth) with the figures of attention_lab/devices.py
+at the config's model dtype. FLOPs and bytes come from the compiled program's
+`cost_analysis()` on a TPU; XLA:GPU gives none, so on a GPU they are those of the
+unpartitioned program (`Lowered.cost_analysis()`) divided by the number of GPUs.
+Exit status 1 with one line when it does not fit; 2 on a bad configuration.
 
-Chip figures (Google Cloud TPU documentation, cloud.google.com/tpu/docs/<chip>,
-"System architecture": bf16 peak, HBM capacity and bandwidth per chip):
-  v5e ("v5litepod"): 197 TFLOP/s, 16 GiB, 819 GB/s
-  v4: 275 TFLOP/s, 32 GiB, 1,228 GB/s per chip; JAX sees 2 TensorCores per chip
-      in these topologies, so per device: 137.5 TFLOP/s, 16 GiB, 614 GB/s
-  v5p: 459 TFLOP/s, 95 GiB, 2,765 GB/s
-  v6e: 918 TFLOP/s, 32 GiB, 1,640 GB/s
-The roofline is a lower bound: float32 matmuls run at the bf16 rate only with
-default (one-pass) precision, and it ignores communication and input feeding.
+Memory is compared with the whole device memory (CUDA's total on a GPU); JAX on a
+GPU preallocates 75% of it by default (XLA_PYTHON_CLIENT_MEM_FRACTION raises that).
+The roofline is a lower bound: float32 matmuls run at the bf16 (TPU) or TF32 (A100,
+H100) rate only with default precision, and it ignores communication and input
+feeding.
 """
 
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -38,21 +43,68 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from attention_lab import cli
+from attention_lab import devices as device_table
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_TOPOLOGY = flags.DEFINE_string("topology", "v5e:4x4", "TPU topology, e.g. v5e:2x2, v4:2x2x2.")
+_TOPOLOGY = flags.DEFINE_string(
+    "topology", "v5e:4x4", "TPU slice (v5e:2x2, v4:2x2x2, ...) or GPUs (h100, h100x8, ...).")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config"])
 
 GIB = 2**30
-# Per JAX device: peak bf16 FLOP/s, HBM bytes, HBM bytes/s (see the module docstring).
-CHIPS = {
-    "TPU v5 lite": (197e12, 16 * GIB, 819e9),
-    "TPU v4": (137.5e12, 16 * GIB, 614e9),
-    "TPU v5": (459e12, 95 * GIB, 2765e9),
-    "TPU v6 lite": (918e12, 32 * GIB, 1640e9),
-}
+GPU_TARGETS = os.path.join(os.path.dirname(__file__), "gpu_targets")
+_TRITON_TILING_FAILURE = "Couldn't find output tile sizes"
+_GPU_TOPOLOGY = re.compile(r"(?P<name>[a-z0-9_]+?)(?:x(?P<count>[1-9][0-9]*))?")
+
+
+def gpu_names() -> list[str]:
+  """The GPUs with a shipped target config (attention_lab/gpu_targets/<name>.txtpb)."""
+  return sorted(f[:-len(".txtpb")] for f in os.listdir(GPU_TARGETS) if f.endswith(".txtpb"))
+
+
+def gpu_target_config(name: str) -> str:
+  """The GpuTargetConfigProto text of GPU `name` (one of gpu_names())."""
+  with open(os.path.join(GPU_TARGETS, f"{name}.txtpb")) as f:
+    return f.read()
+
+
+def _allowed() -> str:
+  return ("a TPU slice such as v5e:2x2, v5e:4x4, v4:2x2x2, or GPUs NAME or NAMExN (N on one "
+          f"host) with NAME one of {', '.join(gpu_names())}")
+
+
+def gpu_devices(name: str, count: int = 1) -> list:
+  """`count` compile-only devices of GPU `name` on one host (needs the CUDA plugin)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  if name not in gpu_names():
+    raise ValueError(f"--topology = {name!r}: no such GPU; expected {_allowed()}")
+  if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+    raise ValueError(f"--topology = {name!r}: compiling for a GPU needs JAX's CUDA plugin: "
+                     "pip install -e '.[gpu]'")
+  return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(name),
+                                      topology=f"1x1x{count}").devices
+
+
+def topology_devices(topology: str) -> list:
+  """The compile-only devices of a TPU slice (`v5e:2x2`) or GPUs (`h100`, `h100x8`)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  gpu = _GPU_TOPOLOGY.fullmatch(topology)
+  if gpu and gpu["name"] in gpu_names():
+    return gpu_devices(gpu["name"], int(gpu["count"] or 1))
+  if ":" not in topology:
+    raise ValueError(f"--topology = {topology!r}: expected {_allowed()}")
+  try:
+    return topologies.get_topology_desc(topology_name=topology, platform="tpu").devices
+  except Exception as e:  # pylint: disable=broad-except
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise ValueError(f"--topology = {topology!r}: not known to libtpu ({first}); expected "
+                     f"{_allowed()}") from None
+
+
+def _model_dtype(config) -> str:
+  model = config.get("model") or {}
+  return str(model.get("dtype", "float32"))
 
 
 # Split sizes of datasets that are not prepared here (they set only the schedule, not the
@@ -102,27 +154,14 @@ def _is_key(x) -> bool:
   return jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def analyse(config, topology: str) -> dict:
-  """Compiles `config`'s train step for `topology`; the per-device figures as a dict."""
+def _lower(config, devices):
+  """(mesh, abstract state, state and batch specs, the lowered train step, the splits that
+  were not prepared) of `config` over `devices`: the loop's jit, shardings and batch."""
   import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
 
   from attention_lab.train import tasks, trainer  # pylint: disable=g-import-not-at-top
-
-  try:
-    devices = topologies.get_topology_desc(topology_name=topology, platform="tpu").devices
-  except Exception as e:  # pylint: disable=broad-except
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise ValueError(f"--topology = {topology!r}: not known to libtpu ({first}); e.g. "
-                     "v5e:2x2, v5e:4x4, v4:2x2x2") from None
-  kind = devices[0].device_kind
-  if kind not in CHIPS:
-    raise ValueError(f"--topology = {topology!r}: no chip figures for {kind!r}; known: "
-                     f"{sorted(CHIPS)}")
-  peak, hbm, bandwidth = CHIPS[kind]
-  trainer.validate_config(config)
   mesh = trainer.make_mesh(config, devices)
   if config.batch_size % mesh.size:
     raise ValueError(f"batch_size = {config.batch_size}: must be divisible by the number of "
@@ -136,8 +175,44 @@ def analyse(config, topology: str) -> dict:
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}
   lowered = trainer.jit_train_step(task, shardings).lower(state, batch)
+  return mesh, abstract, state, batch, lowered, missing
+
+
+def compile_lowered(lowered):
+  """(compiled, XLA options it needed): `lowered.compile()`, except where XLA:GPU's Triton
+  GEMM emitter (Ampere and newer) finds no tiling for a dot without a GPU to autotune on
+  (e.g. the gradient of jax.image.resize's f32[129276,513] dot for an H100, jaxlib
+  0.10.2): then again with cuBLAS doing the GEMMs."""
   try:
-    compiled = lowered.compile()
+    return lowered.compile(), {}
+  except Exception as e:  # pylint: disable=broad-except
+    if _TRITON_TILING_FAILURE not in str(e):
+      raise
+  options = {"xla_gpu_enable_triton_gemm": False}
+  return lowered.compile(compiler_options=options), options
+
+
+def analyse(config, topology: str) -> dict:
+  """Compiles `config`'s train step for `topology`; the per-device figures as a dict."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  devices = topology_devices(topology)
+  from attention_lab.train import trainer  # pylint: disable=g-import-not-at-top
+  kind = devices[0].device_kind
+  device = device_table.lookup(kind)
+  if device is None:
+    raise ValueError(f"--topology = {topology!r}: attention_lab/devices.py has no figures for "
+                     f"{kind!r}")
+  gpu = devices[0].platform != "tpu"
+  dtype = _model_dtype(config)
+  # A dtype without a fast path (bfloat16 on a V100 or a Pascal GPU) runs at the float32 rate.
+  peak_dtype = dtype if device.peak(dtype) else "float32"
+  peak, hbm, bandwidth = device.peak(peak_dtype), device.memory_bytes, device.memory_bandwidth
+  trainer.validate_config(config)
+  mesh, abstract, state, batch, lowered, missing = _lower(config, devices)
+  options = {}
+  try:
+    compiled, options = compile_lowered(lowered)
   except Exception as e:  # pylint: disable=broad-except
     if "Ran out of memory" not in str(e):
       raise
@@ -158,8 +233,14 @@ def analyse(config, topology: str) -> dict:
     compiled_ok = False
   else:
     memory = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    if gpu:  # XLA:GPU reports no costs: the unpartitioned program's (on the CPU), per GPU
+      one_cpu = config.copy_and_resolve_references()
+      one_cpu.mesh.num_devices = 1
+      cost = dict(_lower(one_cpu, jax.devices("cpu")[:1])[4].cost_analysis() or {})
+      cost = {k: float(cost.get(k, 0.0)) / mesh.size for k in ("flops", "bytes accessed")}
+    else:
+      cost = compiled.cost_analysis()
+      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     compiled_ok = True
   flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
@@ -174,7 +255,10 @@ def analyse(config, topology: str) -> dict:
       "total_bytes": int(total), "hbm_bytes": int(hbm),
       "fits": bool(compiled_ok and total <= hbm), "compiled": compiled_ok,
       "flops": flops, "bytes_accessed": accessed,
-      "peak_flops_per_s": peak, "hbm_bytes_per_s": bandwidth,
+      "peak_flops_per_s": peak, "peak_dtype": peak_dtype, "model_dtype": dtype,
+      "hbm_bytes_per_s": bandwidth, "compiler_options": options,
+      "cost_source": ("unpartitioned program / devices" if gpu or not compiled_ok
+                      else "compiled program"),
       "step_time_s": max(flops / peak, accessed / bandwidth),
       "parameters": trainer.count_parameters(abstract),
       "data_prepared": not missing,
@@ -190,12 +274,20 @@ def report(r: dict) -> str:
       f"({r['global_batch'] // r['chips']} per device), {r['parameters']:,} parameters",
       f"per device: arguments {gib(r['argument_bytes'])} + outputs {gib(r['output_bytes'])} + "
       f"temporaries {gib(r['temp_bytes'])} - donated {gib(r['alias_bytes'])} = "
-      f"{gib(r['total_bytes'])} of {gib(r['hbm_bytes'])} HBM: "
+      f"{gib(r['total_bytes'])} of {gib(r['hbm_bytes'])} {_memory_name(r)}: "
       f"{'fits' if r['fits'] else 'DOES NOT FIT'}",
       f"per device and step: {r['flops'] / 1e9:.1f} GFLOP, {r['bytes_accessed'] / 1e9:.2f} GB "
       f"accessed; roofline {r['step_time_s'] * 1e3:.2f} ms/step at "
-      f"{r['peak_flops_per_s'] / 1e12:g} TFLOP/s and {r['hbm_bytes_per_s'] / 1e9:g} GB/s",
-  ])
+      f"{r['peak_flops_per_s'] / 1e12:g} TFLOP/s ({r['peak_dtype']}) and "
+      f"{r['hbm_bytes_per_s'] / 1e9:g} GB/s" + (
+          "" if r["cost_source"] == "compiled program" else
+          " (FLOPs and bytes: the unpartitioned program's / devices)"),
+  ] + ([f"compiled with {r['compiler_options']} (XLA:GPU's Triton GEMM tiling failed)"]
+       if r.get("compiler_options") else []))
+
+
+def _memory_name(r: dict) -> str:
+  return "HBM" if r["device_kind"].startswith("TPU") else "device memory"
 
 
 def main(argv):
@@ -205,7 +297,8 @@ def main(argv):
     with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
       import jax  # pylint: disable=g-import-not-at-top
       from jax.experimental import topologies  # pylint: disable=g-import-not-at-top,unused-import
-      jax.config.update("jax_platforms", "cpu")  # the host runs on the CPU; libtpu compiles
+      # The host runs on the CPU; libtpu or the CUDA plugin compiles.
+      jax.config.update("jax_platforms", "cpu")
       result = analyse(config, _TOPOLOGY.value)
   except ValueError as e:
     if _DEBUG.value:
@@ -217,9 +310,10 @@ def main(argv):
     with open(_JSON.value, "w") as f:
       json.dump(result, f, indent=1)
   if not result["fits"]:
-    refused = "" if result["compiled"] else " (XLA:TPU refused to compile it)"
+    refused = "" if result["compiled"] else " (XLA refused to compile it)"
     print(f"error: {result['total_bytes'] / GIB:.2f} GiB per device does not fit in "
-          f"{result['hbm_bytes'] / GIB:.0f} GiB of {result['device_kind']} HBM on "
+          f"{result['hbm_bytes'] / GIB:.3g} GiB of {result['device_kind']} "
+          f"{_memory_name(result)} on "
           f"{result['topology']}{refused}", file=sys.stderr, flush=True)
     sys.exit(1)
 

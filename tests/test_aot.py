@@ -1,27 +1,37 @@
-"""`python -m attention_lab.aot` on the tiny config for a 2x2 v5e slice (needs libtpu:
-`pip install -e '.[tpu]'`; skipped without it)."""
+"""`python -m attention_lab.aot` on the tiny config: for a 2x2 v5e slice (needs libtpu:
+`pip install -e '.[tpu]'`) and for GPUs (needs JAX's CUDA plugin: `pip install -e '.[gpu]'`);
+each skipped without its compiler. The shipped GPU target configs agree with the device table."""
 
 import importlib.util
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
+from attention_lab import aot, devices
+
 REPO = pathlib.Path(__file__).parents[1]
+GIB = 2**30
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason="libtpu is not installed (pip install -e '.[tpu]')")
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu is not installed (pip install -e '.[tpu]')")
+_CUDA = importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+needs_cuda_plugin = pytest.mark.skipif(
+    not _CUDA, reason="JAX's CUDA plugin is not installed (pip install -e '.[gpu]')")
 
 
-def _aot(tmp_path, out, *args):
+def _aot(tmp_path, out, *args, topology="v5e:2x2"):
   return subprocess.run(
       [sys.executable, "-m", "attention_lab.aot", "--config=configs/default.py:tiny",
-       "--topology=v5e:2x2", f"--json={out}", f"--config.dataset.data_dir={tmp_path / 'tfds'}",
-       *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+       f"--topology={topology}", f"--json={out}",
+       f"--config.dataset.data_dir={tmp_path / 'tfds'}", *args],
+      cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
+@needs_libtpu
 def test_tiny_config_on_v5e_2x2_and_a_batch_that_does_not_fit(tmp_path):
   out = tmp_path / "fits.json"
   result = _aot(tmp_path, out)
@@ -45,3 +55,100 @@ def test_tiny_config_on_v5e_2x2_and_a_batch_that_does_not_fit(tmp_path):
   assert r["output_bytes"] > 0 and r["temp_bytes"] > r["hbm_bytes"] and not r["compiled"]
   total = r["argument_bytes"] + r["output_bytes"] + r["temp_bytes"] - r["alias_bytes"]
   assert r["total_bytes"] == total > r["hbm_bytes"]
+
+
+@needs_cuda_plugin
+def test_tiny_config_on_two_h100s(tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_lab import cli  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_platforms", "cpu")
+  config = cli._load_config("configs/default.py:tiny")  # pylint: disable=protected-access
+  config.dataset.data_dir = str(tmp_path / "tfds")
+  r = aot.analyse(config, "h100x2")
+  assert "2 × NVIDIA H100 80GB HBM3, global batch 16 (8 per device), 4,898 parameters" in (
+      aot.report(r))
+  assert r["fits"] and r["compiled"] and r["chips"] == 2
+  assert r["hbm_bytes"] == 84_942_979_072 and r["peak_flops_per_s"] == 494.7e12  # TF32
+  assert r["argument_bytes"] >= 8 * 32 * 32 * 4 + 4898 * 4  # this GPU's images, parameters
+  # FLOPs per GPU: the unpartitioned step's over 2 GPUs, at least the forward and backward
+  # multiply-adds of the first 3x3 convolution (1 → 8 channels) on this GPU's 8 images.
+  assert r["flops"] >= 3 * 2 * 8 * 32 * 32 * 9 * 8
+  assert r["step_time_s"] == pytest.approx(
+      max(r["flops"] / 494.7e12, r["bytes_accessed"] / 3.35e12))
+
+
+@needs_cuda_plugin
+def test_a_batch_that_does_not_fit_a_gtx_1080_ti_exits_1(tmp_path):
+  out = tmp_path / "too_big.json"
+  result = _aot(tmp_path, out, "--config.batch_size=1048576", topology="gtx_1080_ti")
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+  assert ("does not fit in 10.9 GiB of NVIDIA GeForce GTX 1080 Ti device memory on "
+          "gtx_1080_ti") in result.stderr
+  r = json.loads(out.read_text())
+  assert not r["fits"] and r["argument_bytes"] >= 2**20 * 32 * 32 * 4  # the images
+  total = r["argument_bytes"] + r["output_bytes"] + r["temp_bytes"] - r["alias_bytes"]
+  assert r["total_bytes"] == total > r["hbm_bytes"] == 11_721_506_816
+
+
+def test_an_unknown_topology_is_one_line_naming_the_allowed_values(tmp_path):
+  result = _aot(tmp_path, tmp_path / "out.json", topology="b200")
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert result.stderr.startswith("error: --topology = 'b200': expected a TPU slice such as "
+                                  "v5e:2x2")
+  assert result.stderr.count("\n") == 1
+  assert "a100, gtx_1080_ti, h100, h200, rtx_2080_ti, titan_xp, v100" in result.stderr
+  for topology in ("h100x0", "h100:2x2", "xh100", "H100"):
+    with pytest.raises(ValueError, match=f"--topology = {topology!r}: .*titan_xp"):
+      aot.topology_devices(topology)
+
+
+@pytest.mark.skipif(_CUDA, reason="JAX's CUDA plugin is installed")
+def test_a_gpu_without_the_cuda_plugin_says_how_to_install_it():
+  with pytest.raises(ValueError, match=re.escape("needs JAX's CUDA plugin: pip install -e "
+                                                 "'.[gpu]'")):
+    aot.topology_devices("h100x8")
+
+
+def _field(text: str, name: str) -> str:
+  return re.search(rf"^\s*{name}: \"?([^\"\n]+)\"?$", text, re.M).group(1)
+
+
+@pytest.mark.parametrize("name", aot.gpu_names())
+def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_and_bandwidth(name):
+  text = aot.gpu_target_config(name)
+  assert text.startswith("# ") and "platform_name: \"CUDA\"" in text
+  device = devices.lookup(_field(text, "device_description_str"))
+  assert device is not None, name
+  assert device.memory_bytes == int(_field(text, "device_memory_size"))
+  assert device.memory_bandwidth == pytest.approx(float(_field(text, "memory_bandwidth")),
+                                                  rel=0.01)
+  # The FP32 peak: SMs × FP32 lanes per SM × 2 (multiply-add) × clock, within 1%.
+  fp32 = (int(_field(text, "core_count")) * int(_field(text, "fpus_per_core")) * 2
+          * float(_field(text, "clock_rate_ghz")) * 1e9)
+  if "V100" in device.name or "Ti" in device.name or "Xp" in device.name:
+    assert device.peak("float32") == pytest.approx(fp32, rel=0.01)
+
+
+@needs_cuda_plugin
+def test_each_gpu_target_gives_xla_a_device_of_its_kind():
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_platforms", "cpu")
+  for name in aot.gpu_names():
+    (device,) = aot.gpu_devices(name)
+    assert device.device_kind == _field(aot.gpu_target_config(name), "device_description_str")
+    assert devices.lookup(device.device_kind) is not None
+
+
+@needs_cuda_plugin
+def test_a_dot_that_triton_cannot_tile_without_a_gpu_compiles_with_cublas():
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_platforms", "cpu")
+  (h100,) = aot.gpu_devices("h100")
+  image = jax.ShapeDtypeStruct((12, 33, 33, 21), "float32",
+                               sharding=jax.sharding.SingleDeviceSharding(h100))
+  # The gradient of a bilinear 33 → 513 upsampling: an f32[129276, 513] dot, highest precision.
+  grad = jax.grad(lambda x: (jax.image.resize(x, (12, 513, 513, 21), "bilinear") ** 2).sum())
+  compiled, options = aot.compile_lowered(jax.jit(grad).lower(image))
+  assert options == {"xla_gpu_enable_triton_gemm": False}
+  assert compiled.memory_analysis().temp_size_in_bytes >= 12 * 513 * 513 * 21 * 4
