@@ -13,7 +13,11 @@ stdout from process 0 only; library INFO chatter is hidden unless --verbosity (o
 N) is given. A bad configuration is one line on stderr naming the field, the
 value and what is allowed, with exit status 2 (--debug: the traceback instead); a
 non-finite loss is one line and exit status 1; SIGTERM saves the step reached and
-exits 0.
+exits 0. The faults of the disk and the data are one line and exit status 2, like a bad
+configuration: a checkpoint that cannot be saved (no space, no permission; the last good
+checkpoint stays the latest), no checkpoint that restores (a damaged newer step alone is
+moved aside with a warning, and the run resumes from the newest good one), a workdir
+started with another config, a damaged dataset file (the step reached is saved first).
 """
 
 import ctypes
@@ -99,15 +103,43 @@ def keep_freed_host_memory() -> bool:
 
 
 class _QuietLibraries(std_logging.Filter):
-  """Keeps orbax's per-save INFO chatter out of a verbose console; warnings still pass."""
+  """Keeps orbax's per-save INFO chatter out of a verbose console, and (but for --debug)
+  its errors: a failed background save is logged with a traceback by each of its threads,
+  and the same error is raised to the loop, which reports it in one line. Warnings pass."""
 
   def filter(self, record):
-    return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+    if record.name == "asyncio":  # "Task exception was never retrieved" of orbax's writes
+      return _DEBUG.value or "/orbax/" not in record.getMessage()
+    if "/orbax/" not in record.pathname:
+      return True
+    if record.levelno >= std_logging.ERROR:
+      return _DEBUG.value
+    return record.levelno >= std_logging.WARNING
+
+
+def _quiet_closed_loop_callbacks() -> None:
+  """After a failed save, tensorstore completes orbax's abandoned writes on an event loop
+  that has closed; each 'RuntimeError: Event loop is closed' raised in asyncio from that
+  callback reaches sys.unraisablehook as a traceback. Those are dropped; every other
+  unraisable exception is printed as before."""
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    tb = unraisable.exc_traceback
+    closed_loop = (isinstance(unraisable.exc_value, RuntimeError)
+                   and str(unraisable.exc_value) == "Event loop is closed"
+                   and tb is not None and "asyncio" in tb.tb_frame.f_code.co_filename)
+    if not closed_loop:
+      previous(unraisable)
+
+  sys.unraisablehook = hook
 
 
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
+  if not _DEBUG.value:
+    _quiet_closed_loop_callbacks()
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   global trainer_lib
@@ -143,6 +175,15 @@ def main(argv):
     if _DEBUG.value:
       raise
     cli.fail(str(e), status=1)
+  except (trainer_lib.checkpointing.CheckpointError,
+          trainer_lib.data_faults.DataCorruptionError) as e:
+    if _DEBUG.value:
+      raise
+    cli.fail(str(e))
+  except trainer_lib.data_faults.DataLossError as e:  # met outside the loop's data feeding
+    if _DEBUG.value:
+      raise
+    cli.fail(str(trainer_lib.data_faults.corruption_error(config, e, "no new step was saved")))
   if not trainer.preempted:
     speed = trainer.median_examples_per_second()
     if speed is not None:  # the median over the log intervals

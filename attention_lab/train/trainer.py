@@ -25,14 +25,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 from absl import logging
 from clu import metric_writers
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab.train import perf, profiling, tasks
+from attention_lab.train import checkpointing, data_faults, perf, profiling, tasks
 
 
 def make_mesh(config, devices=None) -> jax.sharding.Mesh:
@@ -268,20 +267,18 @@ class Trainer:
     abstract = jax.eval_shape(self.task.init_state)
     self.shardings = state_shardings(abstract, self.mesh, config.mesh.param_sharding)
     self.train_step = jit_train_step(self.task, self.shardings)
-    self.checkpoints = ocp.CheckpointManager(
-        os.path.abspath(os.path.join(workdir, "checkpoints")),
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=config.keep_checkpoints,
-            save_interval_steps=config.checkpoint_every_steps))
-    latest = self.checkpoints.latest_step()
-    if latest is None:
+    checkpointing.check_workdir_config(config, workdir, self.say)
+    self.checkpoints = checkpointing.Checkpoints(
+        workdir, max_to_keep=config.keep_checkpoints,
+        save_interval_steps=config.checkpoint_every_steps)
+    target = jax.tree.map(self._restore_target, abstract, self.shardings)
+    restored = self.checkpoints.restore(target, warn=checkpointing.warn)
+    if restored is None:
       self.state = self.task.from_pretrained(
           jax.jit(self.task.init_state, out_shardings=self.shardings)())
     else:
-      target = jax.tree.map(self._restore_target, abstract, self.shardings)
-      restored = self.checkpoints.restore(latest, args=ocp.args.StandardRestore(target))
-      self.state = _unstorable(restored, abstract)
-      self.say(f"Resumed from {self.checkpoints.directory} at step {latest}")
+      self.state = _unstorable(restored[0], abstract)
+      self.say(f"Resumed from {self.checkpoints.directory} at step {restored[1]}")
     self.num_parameters = count_parameters(self.state)
     table = self._write_parameter_table()
     self.say(f"Parameters: {self.num_parameters:,}" + (f" (table: {table})" if table else ""))
@@ -322,7 +319,12 @@ class Trainer:
 
   def save(self, *, force: bool = False) -> None:
     step = int(self.state["step"])
-    self.checkpoints.save(step, args=ocp.args.StandardSave(_storable(self.state)), force=force)
+    self.checkpoints.save(step, _storable(self.state), force=force)
+
+  def _saved_line(self) -> str:
+    latest = self.checkpoints.latest_step()
+    return (f"the latest checkpoint is step {latest}, in {self.checkpoints.directory}"
+            if latest is not None else "no checkpoint saved yet")
 
   def _agree(self, *flags: bool) -> tuple[bool, ...]:
     """Each flag, true if it is true on any process (an all-gather when there are several)."""
@@ -461,6 +463,15 @@ class Trainer:
           self._check_finite(*pending)
         if step > start:
           self._save_checked(step)
+      except data_faults.DataLossError as e:  # a damaged dataset file: `step` is complete
+        if pending is not None:
+          self._check_finite(*pending)
+        where = self._saved_line()
+        if step > start:
+          self._save_checked(step)
+          self.checkpoints.wait_until_finished()
+          where = f"saved step {step} (the step reached) in {self.checkpoints.directory}"
+        raise data_faults.corruption_error(config, e, where) from e
       if PREEMPTION.requested:
         PREEMPTION.requested = False
         self.preempted = True

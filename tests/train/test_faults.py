@@ -1,0 +1,285 @@
+"""Faults a real run meets, made as a user meets them, through `python -m attention_lab.main`:
+a full disk while saving, a damaged latest checkpoint, a workdir reused with another
+config, a corrupt dataset file. Each is one line with exit status 2 (or a warning and a
+resume), and nothing is lost: the resumed run ends where a run that never faulted ends.
+"""
+
+import errno
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from attention_lab.data import pipeline
+from attention_lab.train import checkpointing
+from configs import default
+from tests.train.test_system import _env
+
+REPO = pathlib.Path(__file__).parents[2]
+# The data test: a small shuffle buffer reads the train file as it goes, so a damaged
+# record in its middle is met mid-run (step 45 of 60 here), not while filling the buffer.
+DATA_RUN = ["--config.dataset.shuffle_buffer=16", "--config.num_train_steps=60",
+            "--config.log_every_steps=20", "--config.eval_every_steps=60",
+            "--config.checkpoint_every_steps=20"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("tfds"))
+  pipeline.get_builder("digits", path)
+  return path
+
+
+def _start(workdir, data_dir, *args):
+  return subprocess.Popen(
+      [sys.executable, "-m", "attention_lab.main", "--config=configs/default.py:tiny",
+       f"--workdir={workdir}", f"--config.dataset.data_dir={data_dir}", *args],
+      cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process):
+  out, err = process.communicate(timeout=600)
+  return process.returncode, out, err
+
+
+def _main(workdir, data_dir, *args):
+  return _finish(_start(workdir, data_dir, *args))
+
+
+def _final(out: str) -> dict[str, str]:
+  """The Final: line's values as printed, without the timing."""
+  line = [l for l in out.splitlines() if l.startswith("Final: ")][-1]
+  values = dict(kv.split("=") for kv in line[len("Final: "):].split(", "))
+  values.pop("examples_per_second", None)
+  return values
+
+
+def _lines(err: str) -> list[str]:
+  """stderr without TensorFlow's AutoGraph notes (printed while tracing tf.data maps)."""
+  lines, skip = [], False
+  for line in err.splitlines():
+    if "AutoGraph could not transform" in line:
+      skip = True
+    if not skip and line.strip():
+      lines.append(line)
+    if "do_not_convert" in line:
+      skip = False
+  return lines
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+  """A run that never faulted: its workdir (checkpoints at steps 2 and 4) and Final: line."""
+  workdir = tmp_path_factory.mktemp("reference") / "w"
+  code, out, err = _main(workdir, data_dir)
+  assert code == 0, err[-3000:]
+  return workdir, _final(out)
+
+
+def _tmpfs(path, size: str) -> bool:
+  path.mkdir()
+  done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                        capture_output=True, check=False)
+  return done.returncode == 0
+
+
+def test_full_disk_while_saving(tmp_path, data_dir, reference, monkeypatch):
+  """A workdir on a 256 KiB filesystem holds step 2's checkpoint, not step 4's too."""
+  disk = tmp_path / "disk"
+  if not _tmpfs(disk, "256k"):
+    _full_disk_stubbed(tmp_path, data_dir, monkeypatch)
+    return
+  try:
+    workdir = disk / "w"
+    code, out, err = _main(workdir, data_dir)
+    lines = _lines(err)
+    assert code == 2, err[-3000:]
+    assert lines == [
+        f"error: saving checkpoint step 4 in {workdir}/checkpoints failed: No space left on "
+        "device (ENOSPC); the latest checkpoint is still step 2. Free space (or raise the "
+        "quota) and run the same command again to resume from step 2"], err[-3000:]
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]  # no partial step 4
+
+    subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+    code, out, err = _main(workdir, data_dir)
+    assert code == 0, err[-3000:]
+    assert f"Resumed from {workdir}/checkpoints at step 2" in out
+    assert _final(out) == reference[1]
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def _full_disk_stubbed(tmp_path, data_dir, monkeypatch):
+  """Where mounting is not permitted: orbax's save raises ENOSPC from step 4 on."""
+  from attention_lab.train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
+  real_save = ocp.CheckpointManager.save
+
+  def full_disk_save(self, step, *args, **kwargs):
+    if step >= 4:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real_save(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk_save)
+  workdir = tmp_path / "w"
+  with pytest.raises(checkpointing.SaveError, match=r"step 4 .* No space left on device "
+                     r"\(ENOSPC\); the latest checkpoint is still step 2\."):
+    Trainer(config, str(workdir)).run()
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
+
+
+def test_damaged_latest_checkpoint_falls_back(tmp_path, data_dir, reference):
+  workdir = tmp_path / "w"
+  shutil.copytree(reference[0], workdir)
+  data = workdir / "checkpoints" / "4" / "default" / "ocdbt.process_0" / "d"
+  largest = max(data.iterdir(), key=lambda p: p.stat().st_size)
+  with open(largest, "r+b") as f:
+    f.write(np.random.default_rng(0).bytes(100))
+
+  code, out, err = _main(workdir, data_dir)
+  assert code == 0, err[-3000:]
+  warnings = [l for l in _lines(err) if l.startswith("warning:")]
+  assert len(warnings) == 1 and warnings[0].startswith(
+      f"warning: checkpoint step 4 in {workdir}/checkpoints does not restore ("), err[-3000:]
+  assert warnings[0].endswith(f"moved it to {workdir}/checkpoints/4.damaged, resuming from "
+                              "step 2")
+  assert len(_lines(err)) == 1, err[-3000:]
+  assert f"Resumed from {workdir}/checkpoints at step 2" in out
+  assert _final(out) == reference[1]
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4", "4.damaged"]
+
+
+def test_no_checkpoint_restores(tmp_path):
+  """Every step damaged: one line naming each, and nothing is moved."""
+  state = {"w": np.arange(6.0, dtype=np.float32)}
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  for step in (1, 2):
+    checkpoints.save(step, state)
+  checkpoints.wait_until_finished()
+  for step in (1, 2):
+    for path in (tmp_path / "checkpoints" / str(step)).rglob("*"):
+      if path.is_file() and path.parent.name == "d":
+        path.write_bytes(b"\0" * path.stat().st_size)
+  fresh = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  with pytest.raises(checkpointing.RestoreError,
+                     match=r"^no checkpoint in .* restores \(step 2: .*; step 1: .*\); "
+                     r"nothing was moved\.") as raised:
+    fresh.restore({"w": np.zeros(6, np.float32)}, warn=pytest.fail)
+  assert "\n" not in str(raised.value)
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+
+
+def test_restore_returns_the_newest_step(tmp_path):
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  for step in (1, 2):
+    checkpoints.save(step, {"w": np.full(3, step, np.float32)})
+  checkpoints.wait_until_finished()
+  state, step = checkpoints.restore({"w": np.zeros(3, np.float32)}, warn=pytest.fail)
+  assert step == 2 and np.array_equal(state["w"], [2, 2, 2])
+  assert checkpointing.Checkpoints(str(tmp_path / "empty"), max_to_keep=1,
+                                   save_interval_steps=1).restore({}, warn=pytest.fail) is None
+
+
+def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
+  workdir = tmp_path / "w"
+  shutil.copytree(reference[0], workdir)
+  before = sorted(str(p.relative_to(workdir)) for p in (workdir / "checkpoints").rglob("*"))
+  record = (workdir / "config.json").read_text()
+
+  code, out, err = _main(workdir, data_dir, "--config.model.attention=hamburger")
+  assert code == 2
+  assert _lines(err) == [
+      f"error: --workdir {workdir} holds a run with another config (model.attention "
+      f"'softmax' -> 'hamburger'; recorded in {workdir}/config.json); use a new --workdir "
+      "for this config, or the recorded values to resume (--debug shows the traceback)"], err
+  assert sorted(str(p.relative_to(workdir))
+                for p in (workdir / "checkpoints").rglob("*")) == before
+  assert (workdir / "config.json").read_text() == record
+
+  # Operational fields may change: said in one line, and the run is the same run.
+  code, out, err = _main(workdir, data_dir, "--config.eval_every_steps=2",
+                         "--config.keep_checkpoints=3")
+  assert code == 0, err[-3000:]
+  assert ("Resuming with changed run settings: eval_every_steps 4 -> 2, keep_checkpoints "
+          "2 -> 3") in out.splitlines()
+  assert _final(out) == reference[1]
+
+
+def test_config_changes_use_an_allow_list():
+  config = default.get_config("tiny")
+  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  config.num_train_steps = 8
+  config.dataset.data_dir = "/elsewhere"
+  config.mesh.num_devices = 2
+  config.optimizer.name = "adam"
+  config.batch_size = 32
+  recorded["model"]["unclassified_option"] = 1  # a field the code no longer has
+  operational, others = checkpointing.config_changes(recorded, config)
+  assert operational == {"num_train_steps": (4, 8), "dataset.data_dir": ("", "/elsewhere"),
+                         "mesh.num_devices": (-1, 2)}
+  assert others == {"batch_size": (16, 32), "optimizer.name": ("sgd", "adam"),
+                    "model.unclassified_option": (1, "<absent>")}
+
+
+def test_corrupt_tfrecord(tmp_path, data_dir):
+  """64 bytes flipped in the middle of the digits train file, met at step 45 of 60."""
+  bad_dir = tmp_path / "tfds"
+  shutil.copytree(data_dir, bad_dir)
+  version = bad_dir / "digits" / "1.0.0"
+  train_file = version / "digits-train.tfrecord-00000-of-00001"
+  data = bytearray(train_file.read_bytes())
+  middle = len(data) // 2
+  data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+  train_file.write_bytes(bytes(data))
+
+  workdir, never_faulted = tmp_path / "w", tmp_path / "reference"
+  faulted = _start(workdir, bad_dir, *DATA_RUN)
+  clean = _start(never_faulted, data_dir, *DATA_RUN)
+  (code, out, err), (clean_code, _, clean_err) = _finish(faulted), _finish(clean)
+  assert clean_code == 0, clean_err[-3000:]
+  assert code == 2, err[-3000:]
+  assert _lines(err) == [
+      f"error: dataset 'digits' is damaged: corrupted record at offset 490126 in {train_file}; "
+      f"saved step 45 (the step reached) in {workdir}/checkpoints. Prepare the dataset "
+      f"again: rm -r {version} and run the same command again (it is prepared on first "
+      "use)"], err[-3000:]
+
+  shutil.rmtree(version)  # as the line says
+  code, out, err = _main(workdir, bad_dir, *DATA_RUN)
+  assert code == 0, err[-3000:]
+  assert f"Resumed from {workdir}/checkpoints at step 45" in out
+  assert _checkpoint(workdir, 60) == _checkpoint(never_faulted, 60)
+
+
+def _checkpoint(workdir, step) -> list[bytes]:
+  """Every array of a saved step, as bytes."""
+  restored = ocp.PyTreeCheckpointer().restore(
+      str(pathlib.Path(workdir, "checkpoints", str(step), "default").absolute()))
+  import jax  # pylint: disable=g-import-not-at-top
+  return [np.asarray(x).tobytes() for x in jax.tree.leaves(restored)]
+
+
+def test_damaged_file_is_found_by_offset(tmp_path):
+  """Among several TFRecord files, the one whose record at the offset fails."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import data_faults  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / "name" / "1.0.0"
+  folder.mkdir(parents=True)
+  for i in range(3):
+    with tf.io.TFRecordWriter(str(folder / f"name-train.tfrecord-0000{i}-of-00003")) as w:
+      for _ in range(4):
+        w.write(uuid.uuid4().bytes * 4)
+  damaged = folder / "name-train.tfrecord-00001-of-00003"
+  data = bytearray(damaged.read_bytes())
+  record = 8 + 4 + 64 + 4
+  data[2 * record + 20] ^= 0xFF  # inside the third record's data
+  damaged.write_bytes(bytes(data))
+  assert data_faults.damaged_file("name", str(tmp_path), 2 * record) == str(damaged)
+  assert data_faults.damaged_file("name", str(tmp_path), record) is None
