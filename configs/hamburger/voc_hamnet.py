@@ -30,8 +30,24 @@ best(mean) of 5 runs on VOC val): ResNet-50 at output stride 16, batch 12,
   --config.model.ham_options.without="('ham',)" | "('upper',)" | "('lower',)" |
   "('upper','lower')"; baseline: --config.model.ham_options.without="('hamburger',)".
 
-Presets: `:ablation` (above), `:cpu` (digit scenes, the CPU sizes of
-configs/segmentation/default.py), `:tiny` (tests).
+VOC test-server protocol (`:trainval`, Table 4's 85.9; App. E.3 and
+Enjoy-Hamburger's seg/HamNet/run.py `voc_test`): after the 60k-iteration
+train_aug run above, fine-tune on VOC2012 trainval (`train+val`, 2,913 images)
+with the learning rate down to a tenth (9e-4), 20k iterations (the reference's
+TEST_ITER_MAX), a fresh optimizer and poly schedule, the rest unchanged,
+starting from the train_aug run's weights:
+
+  python -m attention_lab.main --config=configs/hamburger/voc_hamnet.py:trainval \\
+      --workdir=workdirs/hamnet_trainval --config.dataset.manual_dir=/data/voc \\
+      --config.init_from=workdirs/hamnet
+
+Predictions are multi-scale (0.5-1.75) + flip, the scales of the reference's
+msflip_test.sh. val is training data here, so its mIoU only checks the run.
+`init_from` copies the backbone (checkpoints/backbone_weights.py); the
+reference carries the head over as well.
+
+Presets: `:ablation` (above), `:trainval` (above), `:cpu` (digit scenes, the CPU
+sizes of configs/segmentation/default.py), `:tiny` (tests).
 """
 
 import ml_collections
@@ -75,6 +91,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   if preset == "ablation":
     m.depth, m.output_stride, m.multi_grid = 50, 16, (1,)
     config.batch_size, config.num_train_steps = 12, 30_000
+  elif preset == "trainval":
+    d.train_split = "train+val"  # VOC2012 trainval: TFDS reads the two splits as one
+    config.num_train_steps = 20_000
+    o.learning_rate = 9e-4
+    config.eval.scales, config.eval.flip = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75), True
   elif preset == "cpu":
     default.digit_scenes(config)
     m.stem, m.multi_grid = "standard", (1,)
@@ -83,5 +104,5 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     m.stem, m.multi_grid = "standard", (1,)
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/hamburger/voc_hamnet.py; "
-                     "expected 'ablation', 'cpu' or 'tiny'")
+                     "expected 'ablation', 'trainval', 'cpu' or 'tiny'")
   return config

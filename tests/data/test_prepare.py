@@ -156,6 +156,10 @@ def test_prepare_builds_voc_from_a_fake_manual_dir(tmp_path):
   ids = sorted(ex["image_id"].decode()
                for ex in tfds.as_numpy(builder.as_dataset(split="train_aug")))
   assert ids == ["2007_000032", "2007_000039", "2008_000002"]
+  # voc_hamnet.py:trainval trains on "train+val" (VOC2012 trainval): one split to TFDS.
+  assert builder.info.splits["train+val"].num_examples == 3
+  split = tfds.split_for_jax_process("train+val", process_index=1, process_count=2)
+  assert len(list(builder.as_dataset(split=split))) in (1, 2)
 
 
 def test_prepare_builds_pascal_context_and_follows_init_from(tmp_path):

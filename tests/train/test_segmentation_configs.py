@@ -3,12 +3,12 @@
 import pytest
 
 from attention_lab.train.trainer import Trainer
-from configs.hamburger import ade20k_hamnet, voc_hamnet
+from configs.hamburger import ade20k_hamnet, pcontext_hamnet, voc_hamnet
 from configs.kanet import voc_deeplab
 from configs.segmentation import default
 
 CONFIGS = {"default": default, "voc_deeplab": voc_deeplab, "voc_hamnet": voc_hamnet,
-           "ade20k_hamnet": ade20k_hamnet}
+           "ade20k_hamnet": ade20k_hamnet, "pcontext_hamnet": pcontext_hamnet}
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -43,3 +43,16 @@ def test_paper_recipes():
   assert ade.aux_loss_weight == 0.4 and ade.num_train_steps == 160_000
   with pytest.raises(ValueError, match="preset"):
     voc_hamnet.get_config("gpu")
+  # Ham Table 4's test-server protocol: trainval fine-tune at a tenth of the rate, 20k steps.
+  trainval = voc_hamnet.get_config("trainval")
+  assert trainval.dataset.train_split == "train+val" and trainval.num_train_steps == 20_000
+  assert trainval.optimizer.learning_rate == 9e-4 and trainval.eval.flip
+  assert trainval.eval.scales == (0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
+  # Ham Table 5 (App. E.3): lr 0.002, weight decay 1e-4, batch 16, 25k, crop 513.
+  context = pcontext_hamnet.get_config()
+  assert (context.dataset.name, context.dataset.train_split, context.dataset.eval_split) == (
+      "pascal_context", "train", "val")
+  assert (context.optimizer.learning_rate, context.optimizer.weight_decay) == (2e-3, 1e-4)
+  assert (context.batch_size, context.num_train_steps, context.dataset.crop_size) == (16, 25_000,
+                                                                                      513)
+  assert context.model.to_dict() == ham.model.to_dict()
