@@ -177,15 +177,8 @@ def global_attention_weights(layer: GlobalAttention, x):
 
 def augmented_conv_weights(layer: AugmentedConv, x):
   """(A (B, H, Nq, Nk), v, grid, grid) of an AugmentedConv's attention branch (AA Eq. 1-4)."""
-  b, h, w, c = x.shape
-  if layer.positional == "sine":
-    from attention_lab.layers.augmented_conv import _sine_encoding  # pylint: disable=g-import-not-at-top
-    x = x + jnp.asarray(_sine_encoding(h, w, c), x.dtype)
-  elif layer.positional == "coordconv":
-    ys, xs = jnp.meshgrid(jnp.linspace(-1, 1, h), jnp.linspace(-1, 1, w), indexing="ij")
-    x = jnp.concatenate([x, jnp.broadcast_to(jnp.stack([ys, xs], -1), (b, h, w, 2)).astype(
-        x.dtype)], -1)
-  qkv = layer.qkv(x).astype(jnp.float32)
+  b = x.shape[0]
+  qkv = layer.qkv(layer.attention_input(x)).astype(jnp.float32)
   if layer.downsample:
     qkv = nnx.avg_pool(qkv, (3, 3), (2, 2), "SAME")
   gh, gw = qkv.shape[1:3]

@@ -8,7 +8,8 @@ k, v; q is scaled by dkh^−1/2 before the content and relative logits (the
 operator's default scale). Positional information (AA Table 7): "relative"
 (2D relative logits, tables (2L−1, dkh) ~ N(0, dkh^−1/2) shared by the heads),
 "none", "sine" (2D sinusoids added to the attention input) or "coordconv"
-(two coordinate channels concatenated to it). With `downsample`, attention
+(AA Sec. 4.5: the (x, y, r) coordinate channels of CoordConv concatenated to
+it; x, y in [-1, 1], r = √(x² + y²) the distance from the centre). With `downsample`, attention
 runs on a 3×3/2 average-pooled input and its output is bilinearly upsampled
 back. Non-square, odd inputs work; relative tables need the attention grid
 size at construction (`spatial_shape`, the input size of this layer).
@@ -23,6 +24,15 @@ from flax import nnx
 from attention_lab import ops
 
 POSITIONALS = ("relative", "none", "sine", "coordconv")
+COORD_CHANNELS = 3  # CoordConv's (x, y, r), as AA Sec. 4.5 concatenates them
+
+
+def coordinate_channels(batch: int, height: int, width: int, dtype) -> jax.Array:
+  """(B, H, W, 3) CoordConv channels (Liu et al. 2018, with r): row coordinate y and column
+  coordinate x, each linear in [-1, 1], and r = √(x² + y²), the distance from the centre."""
+  ys, xs = jnp.meshgrid(jnp.linspace(-1, 1, height), jnp.linspace(-1, 1, width), indexing="ij")
+  coords = jnp.stack([ys, xs, jnp.sqrt(ys ** 2 + xs ** 2)], -1)
+  return jnp.broadcast_to(coords, (batch, height, width, COORD_CHANNELS)).astype(dtype)
 
 
 def _round_to(value: float, multiple: int) -> int:
@@ -69,7 +79,7 @@ class AugmentedConv(nnx.Module):
     self.query_chunk_size = query_chunk_size
     self.conv = (nnx.Conv(cin, cout - dv, (kernel, kernel), strides=stride, use_bias=False,
                           dtype=dtype, rngs=rngs) if cout > dv else None)
-    extra = 2 if positional == "coordconv" else 0
+    extra = COORD_CHANNELS if positional == "coordconv" else 0
     self.qkv = nnx.Conv(cin + extra, 2 * dk + dv, (1, 1), strides=stride, use_bias=False,
                         dtype=dtype, rngs=rngs)
     self.attn_out = nnx.Conv(dv, dv, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
@@ -83,15 +93,18 @@ class AugmentedConv(nnx.Module):
       self.rel_h = nnx.Param(init(rngs.params(), (2 * h - 1, dk // heads)))
       self.rel_w = nnx.Param(init(rngs.params(), (2 * w - 1, dk // heads)))
 
-  def _attend(self, x):
+  def attention_input(self, x):
+    """The input of the q/k/v projection: x with the absolute positional encoding, if any."""
     b, h, w, c = x.shape
     if self.positional == "sine":
-      x = x + jnp.asarray(_sine_encoding(h, w, c), x.dtype)
-    elif self.positional == "coordconv":
-      ys, xs = jnp.meshgrid(jnp.linspace(-1, 1, h), jnp.linspace(-1, 1, w), indexing="ij")
-      coords = jnp.broadcast_to(jnp.stack([ys, xs], -1), (b, h, w, 2)).astype(x.dtype)
-      x = jnp.concatenate([x, coords], -1)
-    qkv = self.qkv(x)
+      return x + jnp.asarray(_sine_encoding(h, w, c), x.dtype)
+    if self.positional == "coordconv":
+      return jnp.concatenate([x, coordinate_channels(b, h, w, x.dtype)], -1)
+    return x
+
+  def _attend(self, x):
+    b = x.shape[0]
+    qkv = self.qkv(self.attention_input(x))
     if self.downsample:
       qkv = nnx.avg_pool(qkv, (3, 3), (2, 2), "SAME")
     gh, gw = qkv.shape[1:3]

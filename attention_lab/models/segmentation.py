@@ -148,8 +148,9 @@ class DeepLabV2(_Segmenter):
 
 class HamNet(_Segmenter):
   """Args: num_classes; depth (101; 50 in the ablations); output_stride (8); channels (512,
-  the Hamburger's C and d); ham ("nmf"), rank r (64), ham_options (other
-  Hamburger arguments, e.g. init, gradient, train_steps); align_channels (256);
+  the Hamburger's C); ham ("nmf"), rank r (64), ham_options (other Hamburger
+  arguments, e.g. init, gradient, train_steps, temperature; "dim": its latent
+  dimension d, scaled by width like channels, default d = C); align_channels (256);
   dropout (0.1); stem ("deep"), stem_widths ((64, 64, 128)), padding ("same")
   and multi_grid ((1, 2, 4)) of the backbone; aux_head (False); width;
   in_channels; dtype."""
@@ -170,9 +171,10 @@ class HamNet(_Segmenter):
     self.squeeze = ConvBN(self.backbone.out_features, c, 3, dtype=dtype, rngs=rngs)
     options = dict(ham_options or {})
     without = tuple(options.pop("without", ()))
+    dim = _scaled(options.pop("dim", channels), width)  # Ham Fig. 3 varies d apart from C
     # Ham Table 2 "baseline": no Hamburger at all (without=("hamburger",)).
     self.hamburger = None if "hamburger" in without else Hamburger(
-        c, ham=ham, dim=c, rank=rank, without=without, dtype=dtype, rngs=rngs, **options)
+        c, ham=ham, dim=dim, rank=rank, without=without, dtype=dtype, rngs=rngs, **options)
     self.align = ConvBN(c, a, 3, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout, broadcast_dims=(1, 2), rngs=rngs)
     self.classifier = nnx.Conv(a, num_classes, (1, 1), dtype=dtype, rngs=rngs)
