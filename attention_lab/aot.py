@@ -30,7 +30,6 @@ feeding.
 """
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -53,45 +52,24 @@ _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line 
 flags.mark_flags_as_required(["config"])
 
 GIB = 2**30
-GPU_TARGETS = os.path.join(os.path.dirname(__file__), "gpu_targets")
 _TRITON_TILING_FAILURE = "Couldn't find output tile sizes"
 _GPU_TOPOLOGY = re.compile(r"(?P<name>[a-z0-9_]+?)(?:x(?P<count>[1-9][0-9]*))?")
 
 
-def gpu_names() -> list[str]:
-  """The GPUs with a shipped target config (attention_lab/gpu_targets/<name>.txtpb)."""
-  return sorted(f[:-len(".txtpb")] for f in os.listdir(GPU_TARGETS) if f.endswith(".txtpb"))
-
-
-def gpu_target_config(name: str) -> str:
-  """The GpuTargetConfigProto text of GPU `name` (one of gpu_names())."""
-  with open(os.path.join(GPU_TARGETS, f"{name}.txtpb")) as f:
-    return f.read()
-
-
 def _allowed() -> str:
   return ("a TPU slice such as v5e:2x2, v5e:4x4, v4:2x2x2, or GPUs NAME or NAMExN (N on one "
-          f"host) with NAME one of {', '.join(gpu_names())}")
-
-
-def gpu_devices(name: str, count: int = 1) -> list:
-  """`count` compile-only devices of GPU `name` on one host (needs the CUDA plugin)."""
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  if name not in gpu_names():
-    raise ValueError(f"--topology = {name!r}: no such GPU; expected {_allowed()}")
-  if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
-    raise ValueError(f"--topology = {name!r}: compiling for a GPU needs JAX's CUDA plugin: "
-                     "pip install -e '.[gpu]'")
-  return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(name),
-                                      topology=f"1x1x{count}").devices
+          f"host) with NAME one of {', '.join(device_table.gpu_names())}")
 
 
 def topology_devices(topology: str) -> list:
   """The compile-only devices of a TPU slice (`v5e:2x2`) or GPUs (`h100`, `h100x8`)."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   gpu = _GPU_TOPOLOGY.fullmatch(topology)
-  if gpu and gpu["name"] in gpu_names():
-    return gpu_devices(gpu["name"], int(gpu["count"] or 1))
+  if gpu and gpu["name"] in device_table.gpu_names():
+    try:
+      return device_table.gpu_devices(gpu["name"], int(gpu["count"] or 1))
+    except ValueError as e:
+      raise ValueError(f"--topology = {topology!r}: {e}") from None
   if ":" not in topology:
     raise ValueError(f"--topology = {topology!r}: expected {_allowed()}")
   try:

@@ -21,10 +21,13 @@ Which peak a dtype means, as JAX runs it:
 """
 
 import dataclasses
+import importlib.util
+import os
 
 import numpy as np
 
 GIB = 2**30
+GPU_TARGETS = os.path.join(os.path.dirname(__file__), "gpu_targets")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,3 +91,28 @@ def peak_flops(device_kind: str, dtype) -> float | None:
   """Peak FLOP/s of one device of `device_kind` at `dtype`; None where unknown (CPU)."""
   device = lookup(device_kind)
   return device.peak(dtype) if device else None
+
+
+def gpu_names() -> list[str]:
+  """GPUs XLA can compile for without one: the target configs in attention_lab/gpu_targets/
+  (GpuTargetConfigProto text written from the published device facts)."""
+  return sorted(f[:-len(".txtpb")] for f in os.listdir(GPU_TARGETS) if f.endswith(".txtpb"))
+
+
+def gpu_target_config(name: str) -> str:
+  """The GpuTargetConfigProto text of GPU `name` (one of gpu_names())."""
+  with open(os.path.join(GPU_TARGETS, f"{name}.txtpb")) as f:
+    return f.read()
+
+
+def gpu_devices(name: str, count: int = 1) -> list:
+  """`count` compile-only devices of GPU `name` on one host, for `jax.jit(...).lower(...)
+  .compile()` on a machine without the GPU (needs JAX's CUDA plugin)."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  if name not in gpu_names():
+    raise ValueError(f"no GPU target config named {name!r}; expected one of "
+                     f"{', '.join(gpu_names())}")
+  if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+    raise ValueError("compiling for a GPU needs JAX's CUDA plugin: pip install -e '.[gpu]'")
+  return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(name),
+                                      topology=f"1x1x{count}").devices

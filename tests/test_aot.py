@@ -114,9 +114,9 @@ def _field(text: str, name: str) -> str:
   return re.search(rf"^\s*{name}: \"?([^\"\n]+)\"?$", text, re.M).group(1)
 
 
-@pytest.mark.parametrize("name", aot.gpu_names())
+@pytest.mark.parametrize("name", devices.gpu_names())
 def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_and_bandwidth(name):
-  text = aot.gpu_target_config(name)
+  text = devices.gpu_target_config(name)
   assert text.startswith("# ") and "platform_name: \"CUDA\"" in text
   device = devices.lookup(_field(text, "device_description_str"))
   assert device is not None, name
@@ -134,9 +134,10 @@ def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_and_bandwid
 def test_each_gpu_target_gives_xla_a_device_of_its_kind():
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_platforms", "cpu")
-  for name in aot.gpu_names():
-    (device,) = aot.gpu_devices(name)
-    assert device.device_kind == _field(aot.gpu_target_config(name), "device_description_str")
+  for name in devices.gpu_names():
+    (device,) = devices.gpu_devices(name)
+    text = devices.gpu_target_config(name)
+    assert device.device_kind == _field(text, "device_description_str")
     assert devices.lookup(device.device_kind) is not None
 
 
@@ -144,7 +145,7 @@ def test_each_gpu_target_gives_xla_a_device_of_its_kind():
 def test_a_dot_that_triton_cannot_tile_without_a_gpu_compiles_with_cublas():
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_platforms", "cpu")
-  (h100,) = aot.gpu_devices("h100")
+  (h100,) = devices.gpu_devices("h100")
   image = jax.ShapeDtypeStruct((12, 33, 33, 21), "float32",
                                sharding=jax.sharding.SingleDeviceSharding(h100))
   # The gradient of a bilinear 33 → 513 upsampling: an f32[129276, 513] dot, highest precision.
