@@ -44,25 +44,25 @@ def train_configs() -> list[str]:
 # per-GPU batch is the paper's. The papers' Pascal GPUs (TITAN Xp, GTX 1080 Ti) are
 # described to XLA:GPU as they are (compute capability 6.1 compiles).
 GPU_ROWS = (
-    ("configs/aa/coco_retinanet.py", None, "h100x8", "TPU (RetinaNet TPU code)"),
-    ("configs/aa/mnasnet_imagenet.py", None, "h100x8", "TPU (MnasNet TPU code)"),
-    ("configs/aa/resnet_imagenet.py", "v100x8", "h100x8", "8 × Tesla V100 (AA Sec. A.2)"),
-    ("configs/aa/wrn_cifar100.py", "v100x8", "h100x8", "8 × Tesla V100 (AA Sec. A.1)"),
+    ("configs/aa/coco_retinanet.py", None, "h100x8", "TPU (AA: the TPU RetinaNet code)"),
+    ("configs/aa/mnasnet_imagenet.py", None, "h100x8", "TPU (config: MnasNet TPU recipe)"),
+    ("configs/aa/resnet_imagenet.py", "v100x8", "h100x8", "8 × Tesla V100 (AA paper)"),
+    ("configs/aa/wrn_cifar100.py", "v100x8", "h100x8", "8 × Tesla V100 (AA paper)"),
     ("configs/hamburger/ade20k_hamnet.py", None, "h100x4",
      "none named (mmseg's HamNet recipe: 4 GPUs × 4)"),
-    ("configs/hamburger/imagenet128_hamgan.py", None, "h100x8", "TPU v3 (Ham Sec. 4.3)"),
-    ("configs/hamburger/pcontext_hamnet.py", None, "h100x4", "none named (Ham App. E.3; 4 GPUs × 4)"),
+    ("configs/hamburger/imagenet128_hamgan.py", None, "h100x8", "TPU v3 (config docstring)"),
+    ("configs/hamburger/pcontext_hamnet.py", None, "h100x4", "none named (4 GPUs × 4)"),
     ("configs/hamburger/voc_hamnet.py:ablation", "titan_xp", "h100",
-     "1 × TITAN Xp (Ham App. B: the R-50 OS 16 ablation, batch 12)"),
+     "1 × TITAN Xp (Ham paper: the R-50 OS 16 ablations, batch 12)"),
     ("configs/hamburger/voc_hamnet.py", None, "h100x4", "none named for R-101 (4 GPUs × 4)"),
-    ("configs/isa/celeba64.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA)"),
-    ("configs/isa/cifar10.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA)"),
-    ("configs/kanet/imagenet.py", "titan_xpx8", "h100x8", "8 × TITAN Xp (KAO Sec. 4.3)"),
-    ("configs/kanet/voc_deeplab.py", "titan_xp", "h100", "TITAN Xp (KAO's GPU; count not named)"),
+    ("configs/isa/celeba64.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA Table 3)"),
+    ("configs/isa/cifar10.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA Table 3)"),
+    ("configs/kanet/imagenet.py", "titan_xpx8", "h100x8", "8 × TITAN Xp (KAO paper, batch 512)"),
+    ("configs/kanet/voc_deeplab.py", "titan_xp", "h100", "TITAN Xp (KAO's GPU; VOC count not named)"),
     ("configs/sanet/care_flywing.py", None, "h100", "none named"),
     ("configs/sanet/care_planaria.py", None, "h100", "none named"),
     ("configs/sanet/care_tribolium.py", None, "h100", "none named"),
-    ("configs/sanet/imagenet.py", "rtx_2080_tix8", "h100x8", "8 × RTX 2080 Ti (SAO Sec. 5)"),
+    ("configs/sanet/imagenet.py", "rtx_2080_tix8", "h100x8", "8 × RTX 2080 Ti (as the config cites SAO)"),
 )
 
 
