@@ -58,11 +58,13 @@ GPU_ROWS = (
     ("configs/isa/celeba64.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA Table 3)"),
     ("configs/isa/cifar10.py", "gtx_1080_ti", "h100", "1 × GTX 1080 Ti (Refined-SA Table 3)"),
     ("configs/kanet/imagenet.py", "titan_xpx8", "h100x8", "8 × TITAN Xp (KAO paper, batch 512)"),
-    ("configs/kanet/voc_deeplab.py", "titan_xp", "h100", "TITAN Xp (KAO's GPU; VOC count not named)"),
+    ("configs/kanet/voc_deeplab.py", "titan_xp", "h100",
+     "TITAN Xp (KAO's GPU; VOC count not named)"),
     ("configs/sanet/care_flywing.py", None, "h100", "none named"),
     ("configs/sanet/care_planaria.py", None, "h100", "none named"),
     ("configs/sanet/care_tribolium.py", None, "h100", "none named"),
-    ("configs/sanet/imagenet.py", "rtx_2080_tix8", "h100x8", "8 × RTX 2080 Ti (as the config cites SAO)"),
+    ("configs/sanet/imagenet.py", "rtx_2080_tix8", "h100x8",
+     "8 × RTX 2080 Ti (as the config cites SAO)"),
 )
 
 
