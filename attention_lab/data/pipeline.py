@@ -32,6 +32,13 @@ _STATS = {
 }
 
 
+def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+  """(mean, std) per channel, of pixels in [0, 1], that `name`'s classification images are
+  normalised with (what a model trained on them expects)."""
+  if name not in _STATS:
+    raise ValueError(f"dataset.name must be one of {sorted(_STATS)}, got {name!r}")
+  return _STATS[name]
+
 def get_builder(name: str, data_dir: str | None = None, manual_dir: str | None = None, *,
                 supported: Collection[str] | None = None) -> tfds.core.DatasetBuilder:
   """The TFDS builder of dataset `name` ("family" or "family/config"), ready to read.
