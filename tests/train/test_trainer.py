@@ -113,7 +113,7 @@ def test_resume_is_exact(tmp_path, data_dir, attention):
     ({"num_train_steps": 0, "num_epochs": 0}, "give 0 train steps"),
     ({"log_every_steps": 0}, "log_every_steps = 0: must be > 0"),
     ({"optimizer.schedule": "linear"}, "optimizer.schedule"),
-    ({"dataset.name": "mnist_in_a_box"}, "dataset name"),
+    ({"dataset.name": "mnist_in_a_box"}, "dataset.name"),
     ({"model.dtype": "float16"}, "model.dtype"),
 ])
 def test_bad_configs_fail_fast(tmp_path, data_dir, overrides, match):
