@@ -2,7 +2,7 @@
 
   python -m attention_lab.main --config=configs/hamburger/ade20k_hamnet.py \\
       --workdir=workdirs/ade_hamnet --config.dataset.manual_dir=/data/ade \\
-      --config.init_from=/data/resnet101.pth --config.model.stem=standard
+      --config.init_from=/data/resnet101_v1c-e67eebb6.pth
 
 Data: ADEChallengeData2016 (data/builders/ade20k_challenge.py; 20,210 train,
 2,000 validation; label 0 ignored, 150 classes). Recipe (mmseg's 160k ADE20K
@@ -14,6 +14,15 @@ decay 5e-4. Evaluation: full resolution (images larger than 1024 resized to
 fit), sliding 512 windows at stride 341. Expected: val mIoU ≈ 45 single-scale
 (mmseg's HamNet R-101 reports about 45-46). Hardware: 8 GPUs or a TPU v3-8 for
 ~1.5 days.
+
+Backbone weights (`init_from`, read without torch): mmseg's ResNet-101
+configs (r101-d8, which Enjoy-Hamburger's mmseg HamNet uses) start from
+`open-mmlab://resnet101_v1c`, mmcv's ImageNet ResNetV1c
+`resnet101_v1c-e67eebb6.pth` from mmcv's model zoo (open-mmlab.json), whose
+deep stem is 3×3/2 to 32, 3×3 to 32, 3×3 to 64: `stem_widths=(32, 32, 64)`,
+the default here (the VOC config's (64, 64, 128) is the Encoding stem). A
+whole mmseg model checkpoint also loads (its `backbone.` weights). Torch-trained
+weights are built with torch's padding automatically (`model.padding="auto"`).
 
 Presets: `:cpu` (digit scenes with the auxiliary head), `:tiny` (tests).
 """
@@ -31,6 +40,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.train_split, d.eval_split = "train", "validation"
   d.crop_size, d.eval_size = 512, 1024
   config.eval.window, config.eval.stride = 512, 341
+  config.model.stem_widths = (32, 32, 64)  # mmseg ResNetV1c
+  config.init_from = ""  # --config.init_from=<resnet101_v1c-e67eebb6.pth> (see above)
   config.aux_loss_weight = 0.4
   config.batch_size = 16
   config.num_train_steps = 160_000

@@ -1,8 +1,17 @@
 """HamNet on PASCAL VOC 2012 (Hamburger paper: Table 4's HamNet, Tables 1, 2, 8, Figs. 3-4).
 
   python -m attention_lab.main --config=configs/hamburger/voc_hamnet.py --workdir=workdirs/hamnet \\
-      --config.dataset.manual_dir=/data/voc --config.init_from=/data/resnet101.pth \\
-      --config.model.stem=standard  # torchvision weights have the 7×7 stem
+      --config.dataset.manual_dir=/data/voc --config.init_from=/data/resnet101-2a57e44d.pth
+
+Backbone weights (`init_from`, read without torch): the authors' ImageNet
+ResNet-101 with the deep stem, `resnet101-2a57e44d.pth` (`resnet50-ebb6acbb.pth`
+for `:ablation`): PyTorch-Encoding's deep-base ResNets, which Enjoy-Hamburger's
+seg/HamNet/network.py loads (as EMANet did), downloaded from the links in that
+repository's seg/README.md ("Pretrained Backbone"). Their stem is 3×3/2 to 64,
+3×3 to 64, 3×3 to 128 (`stem="deep"`, `stem_widths=(64, 64, 128)`, the
+default here). A torchvision ResNet-101 works too, with
+`--config.model.stem=standard`. Torch-trained weights are built with torch's
+padding automatically (`model.padding="auto"`; models/resnet.py says why).
 
 Full recipe (App. E.3 and the official Enjoy-Hamburger seg/HamNet code):
 ResNet-101, output stride 8, deep stem, multi-grid (1, 2, 4); 3×3 conv-BN-ReLU
@@ -68,14 +77,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   m = config.model
   m.name = "hamnet"
   m.depth, m.width, m.output_stride = 101, 1.0, 8
-  m.stem, m.multi_grid = "deep", (1, 2, 4)
+  m.stem, m.stem_widths, m.multi_grid = "deep", (64, 64, 128), (1, 2, 4)
+  m.padding = "auto"  # "torch" when init_from is a torch .pth, else "same"
   m.channels, m.rank = 512, 64
   m.ham = "nmf"
   m.ham_options = ml_collections.ConfigDict({
       "init": "random", "gradient": "one_step", "train_steps": 6, "eval_steps": 7,
       "without": ()})
   m.align_channels, m.dropout = 256, 0.1
-  config.init_from = ""  # --config.init_from=<torchvision ResNet-101 .pth> (see above)
+  config.init_from = ""  # --config.init_from=<resnet101-2a57e44d.pth> (see above)
   for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
     del m[key]
 

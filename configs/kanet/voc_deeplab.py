@@ -16,7 +16,9 @@ momentum 0.9, lr 2.5e-4 with the classifier (everything outside the backbone)
 ×10, poly 0.9, 20k iterations, weight decay 5e-4; test on val at full
 resolution (padded to 513). DeepLabV2 started from an MS-COCO-pretrained Caffe
 ResNet-101; we start from torchvision's ImageNet ResNet-101
-(`init_from`, read without torch) or one of our ImageNet checkpoints, so expect
+(`resnet101-63fe2227.pth`, IMAGENET1K_V1; `init_from`, read without torch, built
+with torch's padding automatically: `model.padding="auto"`) or one of our
+ImageNet checkpoints, so expect
 a point or two below the paper. BatchNorm is trained (statistics over the
 global batch). Hardware: one 16 GB GPU or a TPU v3-8 for ~10 h.
 
@@ -47,9 +49,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   m.heads, m.attention_features = 4, 512
   m.classifier_kernel = 1  # the attention replaces ASPP as the output layer: 1×1 classifier
   m.stem, m.multi_grid = "standard", (1,)
+  m.padding = "auto"  # "torch" when init_from is a torch .pth, else "same"
   for key in ("channels", "rank", "align_channels", "dropout"):
     del m[key]
-  config.init_from = ""  # --config.init_from=<torchvision ResNet-101 .pth> (see above)
+  config.init_from = ""  # --config.init_from=<resnet101-63fe2227.pth> (see above)
 
   config.batch_size = 10
   config.num_train_steps = 20_000
