@@ -73,7 +73,7 @@ def _load() -> dict:
   path = OUT / "gan_largest_batch.json"
   old = json.loads(path.read_text()) if path.exists() else {}
   if "rows" in old:  # one XLA:CPU run, as written before runs were kept by target
-    old = {"runs": {"cpu": old}}
+    old = {"runs": {"cpu": {**old, "compiler": "XLA:CPU"}}}
   return old.get("runs", {})
 
 
@@ -88,13 +88,14 @@ def markdown(runs: dict) -> str:
            "paper's GTX 1080 Ti, described by attention_lab/gpu_targets/gtx_1080_ti.txtpb, "
            "budget its device memory as CUDA reports it: 11,721,506,816 B = 10.92 GiB; no "
            "GPU used).", "",
-           "| model | compiler (budget) | width | largest batch ≤ budget | "
+           "| model | compiler (budget) | image, width | largest batch ≤ budget | "
            "paper (GTX 1080 Ti, 11 GB, 64×64) | GiB by batch |", "|---|---|---|---|---|---|"]
   for key, run in runs.items():
     for r in run["rows"]:
       sizes = ", ".join(f"{p['batch']}: {p['total_gib']:.2f}" for p in r["probes"])
       lines.append(f"| {r['variant'].upper()} | {run['compiler']} ({run['budget_gib']:.2f} GiB) | "
-                   f"{run['width']} | {r['largest_batch']} | {r['paper']} | {sizes} |")
+                   f"{run['size']}², {run['width']} | {r['largest_batch']} | {r['paper']} | "
+                   f"{sizes} |")
   lines += ["", "Compiled on: " + "; ".join(f"{run['compiler']}: {run['machine']}"
                                              for run in runs.values()) + ".", "",
             "At 128², SAGAN's width 64, the convolutions dominate; the paper's 4× gap appears "
