@@ -75,7 +75,8 @@ class Part:
 
 
 def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
-  """Every part of the report, in order (the goals table reads SAO / KAO's json)."""
+  """Every part of the report, in order (the goals table reads SAO / KAO's json). A table's
+  part is named as its files: <table>[_<dtype> unless float32] (measure.output_stem)."""
   preset = ":tiny" if smoke else ""
   tables = out / "tables"
   parts = []
@@ -88,8 +89,7 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
   for config, what in (("sao_table2", "SAO Table 2: operators, batch 1"),
                        ("kao_table1", "KAO Table 1: operators, batch 8")):
     table(config, config, f"{what}, float32")
-    table(f"{config}_bfloat16", config, f"{what}, bfloat16", "--config.dtype=bfloat16",
-          f"--config.table={config}_bfloat16")
+    table(f"{config}_bfloat16", config, f"{what}, bfloat16", "--config.dtype=bfloat16")
   table("ham_table3", "ham_table3", "Ham Table 3: SA, A², Ham (CD, NMF) modules")
   table("isa_tables", "isa_tables", "Refined-SA Tables 2-3: SAGAN, ISAGAN, SGAN")
   table("aa_table9", "aa_table9", "AA Table 9: attention-map memory of AA-ResNet-50")
@@ -98,7 +98,7 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
   table("sao_table5", "sao_table5", "SAO Table 5: whole-network train steps, float32",
         *paper_batch)
   table("sao_table5_bfloat16", "sao_table5", "SAO Table 5: whole-network train steps, bfloat16",
-        "--config.dtype=bfloat16", "--config.table=sao_table5_bfloat16", *paper_batch)
+        "--config.dtype=bfloat16", *paper_batch)
   table("performance_goals", "performance_goals",
         "Performance goals, incl. Ham NMF against the official PyTorch NMF2D")
   parts.append(Part("relative_timm", "relative", "experiments.relative_timm",

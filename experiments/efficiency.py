@@ -249,9 +249,8 @@ def operators_markdown(config, result, m) -> str:
   fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
   lines = [
       f"# {config.title}", "",
-      f"Measured on {machine_line(m)}. Command: `python -m experiments.efficiency "
-      f"--config=configs/efficiency/{config.table}.py`. Input dtype "
-      f"{config.get('dtype', 'float32')}.", "",
+      f"Measured on {machine_line(m)}. Command: `{measure_lib.command_of(config)}`. Input "
+      f"dtype {config.get('dtype', 'float32')}.", "",
       "MAdd: multiply-adds of the dot products per example (the papers' convention; softmax, "
       "means and pooling are not multiply-adds); XLA flops: `cost_analysis()` of the whole "
       "batch. Memory: XLA `memory_analysis()` of the whole batch — temp = temporaries, "
@@ -293,8 +292,8 @@ def _sweep_lines(config, sweep, what) -> list:
   if not sweep:
     return []
   ops_ = list(dict.fromkeys(p["operator"] for p in sweep))
-  lines = ["", f"## Sweep over the grid side ({what}; plot: [{config.table}.png]"
-           f"({config.table}.png))", "",
+  stem = measure_lib.output_stem(config)
+  lines = ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
            f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
            f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
            "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in ops_) + " |",
@@ -525,8 +524,9 @@ def main(argv):
   kind = config.kind
   if kind not in ("operators", "modules", "gan", "aa", "goals", "nets"):
     raise ValueError(f"config.kind must be operators|modules|gan|aa|goals|nets, got {kind!r}")
+  stem = measure_lib.output_stem(config)
   if config.get("render_only", False):
-    result = json.loads((out_dir / f"{config.table}.json").read_text())
+    result = json.loads((out_dir / f"{stem}.json").read_text())
     m = result["machine"]
   else:
     m = machine()
@@ -542,10 +542,10 @@ def main(argv):
     text = _RENDERERS[kind](config, result, m)
   else:
     text = _table_module(kind).markdown(config, result, machine_line(m))
-  (out_dir / f"{config.table}.json").write_text(json.dumps(result, indent=1, default=str))
-  (out_dir / f"{config.table}.md").write_text(text)
+  (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
+  (out_dir / f"{stem}.md").write_text(text)
   if result.get("sweep"):
-    plot_sweep(config, result["sweep"], out_dir / f"{config.table}.png", m)
+    plot_sweep(config, result["sweep"], out_dir / f"{stem}.png", m)
   print(text)
 
 

@@ -185,8 +185,9 @@ def _write_partial(config, result):
   out_dir = pathlib.Path(config.get("out_dir", "") or measure.RESULTS)
   out_dir.mkdir(parents=True, exist_ok=True)
   result = {**result, "machine": measure.machine(), "partial": True}
-  (out_dir / f"{config.table}.json").write_text(json.dumps(result, indent=1, default=str))
-  (out_dir / f"{config.table}.md").write_text(
+  (out_dir / f"{measure.output_stem(config)}.json").write_text(
+      json.dumps(result, indent=1, default=str))
+  (out_dir / f"{measure.output_stem(config)}.md").write_text(
       markdown(config, result, measure.machine_line(result["machine"])))
 
 
@@ -205,8 +206,7 @@ def _fmt(v, f, suffix=""):
 def markdown(config, result, machine_line: str) -> str:
   lines = [
       f"# {config.title}", "",
-      f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
-      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"Measured on {machine_line}. Command: `{measure.command_of(config)}`.", "",
       "One training step: forward, softmax cross-entropy, backward, SGD momentum update, "
       f"float32 parameters, {_dtype(config)} compute. **Memory**: XLA `memory_analysis()` of the step compiled (not run) for "
       f"{config.paper_batch}×{config.image_size}²×3, peak = temporaries + arguments + outputs − "

@@ -31,6 +31,19 @@ LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao
           "sgan": "SGAN", "sa_fused": "SA (fused attention)"}
 
 
+def output_stem(config) -> str:
+  """The table's file name: `config.table`, with the compute dtype appended unless float32."""
+  dtype = config.get("dtype", "float32")
+  return config.table if dtype == "float32" else f"{config.table}_{dtype}"
+
+
+def command_of(config) -> str:
+  """The command that measures the table (the dtype override where it is not float32)."""
+  dtype = config.get("dtype", "float32")
+  return (f"python -m experiments.efficiency --config=configs/efficiency/{config.table}.py"
+          + ("" if dtype == "float32" else f" --config.dtype={dtype}"))
+
+
 # ----------------------------------------------------------------------------------------------
 # Measuring: XLA accounting and side-by-side timing.
 

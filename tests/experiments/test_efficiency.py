@@ -306,3 +306,11 @@ def test_relative_attention_with_a_bias_matches_the_library_op():
   got = efficiency_aa.relative_attention_with_bias(_pallas_reference, q, k, v, rel_h, rel_w)
   expected = ops.relative_attention_2d(q, k, v, rel_h, rel_w).reshape(1, 12, 2, 8)
   assert jnp.allclose(got, expected, atol=1e-4)
+
+
+def test_a_bfloat16_table_has_its_own_files_and_command():
+  config = sao_table2.get_config("tiny")
+  assert measure.output_stem(config) == "sao_table2"
+  config.dtype = "bfloat16"
+  assert measure.output_stem(config) == "sao_table2_bfloat16"
+  assert measure.command_of(config).endswith("sao_table2.py --config.dtype=bfloat16")
