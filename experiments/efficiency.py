@@ -29,7 +29,13 @@ Conventions, the same for every table:
   times back to back to last ≥ `min_sample_s` and ends with
   `jax.block_until_ready`; we report the median of `repeats` (≥ 5) samples.
 - Ratios (speed-up, memory saving) are against the config's `baseline` row at
-  the same size, measured in the same run. Absolute times are for this machine
+  the same size, measured in the same run. On a GPU or TPU the tables with
+  regular softmax attention add the device's fused kernel beside XLA's (cuDNN
+  flash / Pallas flash, `experiments.efficiency_fused`; its row says why where
+  its rules exclude the shape or dtype) and give the speed-ups also against the
+  faster of the two; on a CPU there is no such row.
+- `config.dtype` (operators, SAO Table 5): the compute dtype, float32 by
+  default; another dtype writes <table>_<dtype>.{md,json,png}. Absolute times are for this machine
   (written into the results); the papers' are TF/PyTorch on their hardware.
 
 Writes experiments/results/<table>.{md,json,png} with the
