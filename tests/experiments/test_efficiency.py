@@ -314,3 +314,20 @@ def test_a_bfloat16_table_has_its_own_files_and_command():
   config.dtype = "bfloat16"
   assert measure.output_stem(config) == "sao_table2_bfloat16"
   assert measure.command_of(config).endswith("sao_table2.py --config.dtype=bfloat16")
+
+
+def test_layers_train_through_cudnn_flash_attention_for_an_h100():
+  # The path of Ham Table 3's SA and SAO Table 5's AttnNet with the fused kernel on a GPU.
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  from attention_lab import layers  # pylint: disable=g-import-not-at-top
+  mesh = jax.sharding.Mesh([_h100()], ("data",))
+  layer = nnx.eval_shape(lambda: layers.GlobalAttention(
+      64, "softmax", num_heads=2, project="qkv", out_features=64, dtype=jnp.bfloat16,
+      rngs=nnx.Rngs(0)))
+  step, params, rest = measure.training_fn(layer)
+  placed = lambda tree, spec=PartitionSpec(): jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, spec)), tree)
+  x = placed(jax.ShapeDtypeStruct((2, 8, 8, 64), jnp.float32), PartitionSpec("data"))
+  with fused_lib.replaced_regular_attention("cudnn"):
+    hlo = jax.jit(step).lower(placed(params), placed(rest), x, x).compile().as_text()
+  assert "__cudnn$fmha" in hlo and "Backward" in hlo
