@@ -146,8 +146,11 @@ def run_operators(config) -> dict:
       programs[op] = (compiled, (x,))
     reason = kernel and fused_lib.unsupported_reason(kernel, _flat(x), _flat(x), _flat(x))
     if kernel and not reason:
-      compiled, accts["fused"] = compile_fn(_fused_operator(kernel), x)
-      programs["fused"] = (compiled, (x,))
+      try:
+        compiled, accts["fused"] = compile_fn(_fused_operator(kernel), x)
+        programs["fused"] = (compiled, (x,))
+      except (NotImplementedError, ValueError, RuntimeError) as e:  # a rule jax checks, not us
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     times = time_side_by_side(programs, config.repeats, config.min_sample_s)
     if kernel:
       fused.append(_fused_row(config, kernel, reason, side, channels, times, accts))
