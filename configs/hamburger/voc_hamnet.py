@@ -30,8 +30,10 @@ best(mean) of 5 runs on VOC val): ResNet-50 at output stride 16, batch 12,
 - Table 1 (one-step vs BPTT): --config.model.ham=vq|cd|nmf
   --config.model.ham_options.gradient=one_step|bptt
   (VQ 77.7 vs 76.6, CD 78.1 vs 75.0, NMF 78.3 vs 77.4);
-- Table 8 (dictionary init): --config.model.ham_options.init=fixed|learned|random|online
-  (NMF 77.4 / 76.8 / 78.3 / 77.8);
+- Table 8 (dictionary init): --config.model.ham_options.init=fixed|random|online
+  (NMF 77.4 / 78.3 / 77.8); the learned row (76.8) learns the initial bases through the
+  solver's iterations, so it trains with BPTT (the one-step gradient never reaches them):
+  --config.model.ham_options.init=learned --config.model.ham_options.gradient=bptt;
 - Fig. 3 (d, r): --config.model.channels=D --config.model.rank=R;
 - Fig. 4 (K): --config.model.ham_options.train_steps=K --config.model.ham_options.eval_steps=K;
 - Table 2 (components; basic 78.3, -ham 75.8, -upper bread 77.0, -lower
