@@ -14,6 +14,8 @@ runs on a 3×3/2 average-pooled input and its output is bilinearly upsampled
 back. Non-square, odd inputs work; relative tables need the attention grid
 size at construction (`spatial_shape`, the input size of this layer).
 Attention cost: O(Nh·(HW)²) memory, O((HW)²·(dk+dv)) time per image.
+With `record_attention` on (`recording.attention_weights`), the layer sows the
+softmax rows (B, Nh, h, w, h, w) on its attention grid (h, w).
 """
 
 import jax
@@ -22,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import recording
 
 POSITIONALS = ("relative", "none", "sine", "coordconv")
 COORD_CHANNELS = 3  # CoordConv's (x, y, r), as AA Sec. 4.5 concatenates them
@@ -73,6 +76,7 @@ class AugmentedConv(nnx.Module):
       raise ValueError(f"upsilon·cout ({dv}) must not exceed cout ({cout})")
     self.dk, self.dv, self.heads, self.stride = dk, dv, heads, stride
     self.positional, self.downsample = positional, downsample
+    self.record_attention = False  # see `recording`
     if isinstance(query_chunk_size, str) and query_chunk_size != "auto":
       raise ValueError(
           f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
@@ -102,6 +106,17 @@ class AugmentedConv(nnx.Module):
       return jnp.concatenate([x, coordinate_channels(b, h, w, x.dtype)], -1)
     return x
 
+  def _weights(self, q, k):
+    """Float32 softmax rows (B, Nh, h, w, h, w) of q, k (B, h, w, Nh, dkh) (AA Eq. 1-4)."""
+    q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    b, gh, gw, heads, _ = q.shape
+    flat = lambda t: t.reshape(b, gh * gw, heads, -1)
+    e = jnp.einsum("bqhd,bkhd->bhqk", flat(q), flat(k))
+    if self.positional == "relative":
+      lh, lw = ops.relative_logits_2d(q, self.rel_h[...], self.rel_w[...])
+      e = e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
+    return jax.nn.softmax(q.shape[-1] ** -0.5 * e, axis=-1).reshape(b, heads, gh, gw, gh, gw)
+
   def _attend(self, x):
     b = x.shape[0]
     qkv = self.qkv(self.attention_input(x))
@@ -118,6 +133,7 @@ class AugmentedConv(nnx.Module):
       flat = lambda t: t.reshape(b, gh * gw, self.heads, -1)
       chunk = None if self.query_chunk_size == "auto" else self.query_chunk_size
       out = ops.dot_product_attention(flat(q), flat(k), flat(v), query_chunk_size=chunk)
+    recording.sow_if_recording(self, recording.WEIGHTS, lambda: self._weights(q, k))
     return self.attn_out(out.reshape(b, gh, gw, self.dv))
 
   def __call__(self, x):

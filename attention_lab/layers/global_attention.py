@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import recording
 
 OPERATORS = ("softmax", "softmax_pool", "mean", "siamese", "kronecker_kv", "kronecker_qkv",
              "relative")
@@ -117,6 +118,13 @@ class GlobalAttention(nnx.Module):
   stop-gradient'ed in training (as flax BatchNorm); "relative" is not
   supported (its logits include the relative terms).
 
+  With `record_attention` on (`recording.attention_weights`), sows the weights
+  (B, H, *S, *key grid) by which v enters the output before the output map:
+  the softmax rows (pooled key grid for "softmax_pool"), the coefficients
+  c_ij of "mean" and "siamese" (1/N-scaled or batch-normalised, shift
+  included), and for KAO each grid query's weights over the ΣS summary tokens
+  (B, H, *S, ΣS) (for "kronecker_qkv" the sum of its summaries' rows, Eq. 3).
+
   Args:
     in_features: C.
     operator: one of OPERATORS.
@@ -168,6 +176,7 @@ class GlobalAttention(nnx.Module):
       raise ValueError(f"siamese_w must be 'learned' or 'ones', got {siamese_w!r}")
     self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
     self.global_term, self.coefficients = global_term, coefficients
+    self.record_attention = False  # see `recording`
     if isinstance(query_chunk_size, str) and query_chunk_size != "auto":
       raise ValueError(
           f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
@@ -215,9 +224,58 @@ class GlobalAttention(nnx.Module):
     return self.coef_scale[...] * jax.lax.rsqrt(var + self.bn_epsilon), mean
 
   def _softmax_gain(self, queries, keys):
-    """Per-head γ/σ to fold into q for BN before a softmax, shaped to broadcast on (..., H, D)."""
+    """Per-head γ/σ (H,) to fold into q for BN before a softmax."""
     gain, _ = self._normalizer(lambda: dot_moments(queries, keys))
-    return gain[:, None]
+    return gain
+
+  def _weights(self, q, k, gain, shift):
+    """Float32 weights with out = Σ_keys weights·v per head (see `recording`), from the
+    un-normalised q, k (B, *S, H, D) and the coefficient batch norm's gain (and shift)."""
+    q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    grid, op = q.shape[1:-2], self.operator
+    flat = lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
+    per_head = lambda s: s[None, :, None, None]  # (H,) onto (B, H, Nq, Nk)
+    scale = q.shape[-1] ** -0.5 if gain is None else per_head(gain)
+    logits = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b)
+    if op in ("softmax", "relative"):
+      e = logits(flat(q), flat(k))
+      if op == "relative":
+        lh, lw = ops.relative_logits_2d(q, self.rel_h[...], self.rel_w[...])
+        e = e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
+      weights, keys = jax.nn.softmax(scale * e, axis=-1), grid
+    elif op == "softmax_pool":
+      k_pool, _ = ops.pool_keys_values(k, k)
+      weights = jax.nn.softmax(scale * logits(flat(q), k_pool), axis=-1)
+      keys = tuple(-(-s // 2) for s in grid)
+    elif op in LINEAR_OPERATORS:
+      qf, kf = flat(q), flat(k)
+      if op == "mean":
+        e = logits(qf, kf)
+      else:
+        w = self.w[...].astype(jnp.float32)
+        a, b = jnp.einsum("bnhd,hd->bhn", qf, w), jnp.einsum("bnhd,hd->bhn", kf, w)
+        e = a[..., :, None] + (b[..., None, :] if self.global_term else 0.0 * b[..., None, :])
+      if gain is None:
+        weights = (q.shape[-1] ** -0.5 if op == "mean" else 1.0) * e / kf.shape[1]
+      else:
+        weights = per_head(gain) * e + per_head(shift)
+      keys = grid
+    else:  # KAO: each grid query's weights over the ΣS summary tokens
+      k_bar = _summary(k)
+      if op == "kronecker_kv":
+        weights = jax.nn.softmax(scale * logits(flat(q), k_bar), axis=-1)
+      else:  # query x gets Σ_mode o_mode[x_mode] (KAO Eq. 3): add those summaries' rows
+        summary = jax.nn.softmax(scale * logits(_summary(q), k_bar), axis=-1)
+        weights, offset = 0.0, 0
+        for mode, size in enumerate(grid):
+          shape = [1] * len(grid)
+          shape[mode] = size
+          rows = summary[:, :, offset:offset + size]
+          weights = weights + rows.reshape(*rows.shape[:2], *shape, rows.shape[-1])
+          offset += size
+        weights = jnp.broadcast_to(weights, (*summary.shape[:2], *grid, summary.shape[-1]))
+      keys = (k_bar.shape[1],)
+    return weights.reshape(*weights.shape[:2], *grid, *keys)
 
   def __call__(self, x):
     if x.ndim < 3:
@@ -231,44 +289,48 @@ class GlobalAttention(nnx.Module):
     op, norm = self.operator, self.coefficients == "batch_norm"
     scale = 1.0 if norm else None
     chunk = None if self.query_chunk_size == "auto" and op != "relative" else self.query_chunk_size
+    gain = shift = None  # the coefficient batch norm's per-head γ/σ and β − γμ/σ
+    gained = lambda t: t * gain[:, None].astype(t.dtype) if norm else t
     if op == "softmax":
       if norm:
-        q = q * self._softmax_gain(flat(q), flat(k)).astype(q.dtype)
-      out = ops.dot_product_attention(flat(q), flat(k), flat(v), scale=scale,
+        gain = self._softmax_gain(flat(q), flat(k))
+      out = ops.dot_product_attention(flat(gained(q)), flat(k), flat(v), scale=scale,
                                       query_chunk_size=chunk)
     elif op == "softmax_pool":
       k_pool, v_pool = ops.pool_keys_values(k, v)
       if norm:
-        q = q * self._softmax_gain(flat(q), k_pool).astype(q.dtype)
-      out = ops.dot_product_attention(flat(q), k_pool, v_pool, scale=scale,
+        gain = self._softmax_gain(flat(q), k_pool)
+      out = ops.dot_product_attention(flat(gained(q)), k_pool, v_pool, scale=scale,
                                       query_chunk_size=chunk)
     elif op in ("kronecker_kv", "kronecker_qkv"):
       if norm:
         queries = flat(q) if op == "kronecker_kv" else _summary(q)
-        q = q * self._softmax_gain(queries, _summary(k)).astype(q.dtype)
+        gain = self._softmax_gain(queries, _summary(k))
       attend = ops.kronecker_attention_kv if op == "kronecker_kv" else ops.kronecker_attention_qkv
-      out = attend(q, k, v, scale=scale)
+      out = attend(gained(q), k, v, scale=scale)
     elif op in LINEAR_OPERATORS:
-      q, k, v = flat(q), flat(k), flat(v)
+      qf, kf, vf = flat(q), flat(k), flat(v)
       if op == "mean":
-        out = ops.dot_product_attention(q, k, v, scale=scale, normalization="mean")
-        moments = lambda: dot_moments(q, k)
+        out = ops.dot_product_attention(qf, kf, vf, scale=scale, normalization="mean")
+        moments = lambda: dot_moments(qf, kf)
       else:
         w = self.w[...].astype(q.dtype)
-        out = ops.siamese_attention(q, k, v, w, global_term=self.global_term)
+        out = ops.siamese_attention(qf, kf, vf, w, global_term=self.global_term)
         moments = lambda: sum_moments(
-            jnp.einsum("bnhd,hd->bnh", q, w),
-            jnp.einsum("bnhd,hd->bnh", k, w) if self.global_term else None)
+            jnp.einsum("bnhd,hd->bnh", qf, w),
+            jnp.einsum("bnhd,hd->bnh", kf, w) if self.global_term else None)
       if norm:
         gain, mean = self._normalizer(moments)
         shift = self.coef_bias[...] - gain * mean
-        v_sum = jnp.sum(v, axis=1, dtype=jnp.float32)  # (B, H, Dv)
-        out = (out * (k.shape[1] * gain)[:, None] + shift[:, None] * v_sum[:, None]).astype(v.dtype)
+        v_sum = jnp.sum(vf, axis=1, dtype=jnp.float32)  # (B, H, Dv)
+        out = (out * (kf.shape[1] * gain)[:, None]
+               + shift[:, None] * v_sum[:, None]).astype(vf.dtype)
     else:
       if x.ndim != 4:
         raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got {x.shape}")
       out = ops.relative_attention_2d(
           q, k, v, self.rel_h[...].astype(q.dtype), self.rel_w[...].astype(q.dtype),
           query_chunk_size=chunk)
+    recording.sow_if_recording(self, recording.WEIGHTS, lambda: self._weights(q, k, gain, shift))
     out = out.reshape(*grid, math.prod(out.shape[-2:]))
     return self.out(out) if self.out else out

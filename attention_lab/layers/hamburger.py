@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import recording
 
 HAMS = ("nmf", "vq", "cd")
 INITS = ("random", "fixed", "learned", "online")
@@ -77,6 +78,10 @@ class Hamburger(nnx.Module):
   Training runs `train_steps` solver steps, evaluation (`model.eval()`)
   `eval_steps`.
 
+  With `record_attention` on (`recording.attention_weights`), sows the codes as
+  the "attention" of the tokens to the bases, (B, S, H, W, R), and the bases
+  (B, S, d/S, R): per group, the reconstruction is codes·basesᵀ.
+
   Args:
     in_features: C.
     ham: "nmf", "vq" or "cd".
@@ -128,6 +133,7 @@ class Hamburger(nnx.Module):
     self.gradient, self.train_steps, self.eval_steps = gradient, train_steps, eval_steps
     self.temperature, self.beta, self.online_momentum = temperature, beta, online_momentum
     self.deterministic = False
+    self.record_attention = False  # see `recording`
     # The 1×1 convolutions as Linear maps over the channel axis: the same function and
     # initialisation; XLA:CPU runs a dot ~1.5× faster than the equivalent 1×1 conv.
     self.lower = (None if "lower" in without else
@@ -184,6 +190,10 @@ class Hamburger(nnx.Module):
     tokens = jnp.swapaxes(y.reshape(b, h * w, s, d // s), 1, 2).reshape(b * s, h * w, d // s)
     steps = self.eval_steps if self.deterministic else self.train_steps
     bases, codes = self._decompose(tokens, self._initial_bases(b, d // s), steps)
+    recording.sow_if_recording(
+        self, recording.WEIGHTS, lambda: codes.reshape(b, s, h, w, -1).astype(jnp.float32))
+    recording.sow_if_recording(
+        self, recording.BASES, lambda: bases.reshape(b, s, *bases.shape[1:]).astype(jnp.float32))
     if self.init == "online" and not self.deterministic:
       solved = jax.lax.stop_gradient(jnp.mean(bases.reshape(b, s, *bases.shape[1:]), axis=0))
       old = self.bases[...]

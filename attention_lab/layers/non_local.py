@@ -5,6 +5,7 @@ import math
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import recording
 
 
 class NonLocal(nnx.Module):
@@ -24,6 +25,8 @@ class NonLocal(nnx.Module):
   the paper leaves open. Any spatial rank ≥ 1: x (B, *S, C).
   Time O(N·M·inner + N·C·inner) with N = ΠS positions and M the (pooled) key
   count; memory O(N·M) for the softmax (as `dot_product_attention`).
+  With `record_attention` on (`recording.attention_weights`), sows the softmax
+  rows (B, 1, *S, *key grid), the key grid pooled with `subsample`.
 
   Args:
     in_features: C.
@@ -40,6 +43,7 @@ class NonLocal(nnx.Module):
       raise ValueError(f"inner_features must be a positive integer, got {inner_features!r} "
                        f"(in_features {in_features})")
     self.subsample, self.dtype = subsample, dtype
+    self.record_attention = False  # see `recording`
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.theta, self.phi, self.g = (dense(in_features, inner) for _ in range(3))
     self.out = dense(inner, in_features)
@@ -60,6 +64,9 @@ class NonLocal(nnx.Module):
     if self.subsample:
       keys, values = self._pool(keys), self._pool(values)
     tokens = lambda t: t.reshape(t.shape[0], math.prod(t.shape[1:-1]), 1, t.shape[-1])
-    y = ops.dot_product_attention(tokens(self.theta(x)), tokens(keys), tokens(values), scale=1.0)
+    queries = self.theta(x)
+    y = ops.dot_product_attention(tokens(queries), tokens(keys), tokens(values), scale=1.0)
+    recording.sow_if_recording(
+        self, recording.WEIGHTS, lambda: recording.single_head_weights(queries, keys, scale=1.0))
     y = y.reshape(*x.shape[:-1], y.shape[-1])
     return x + self.norm(self.out(y)).astype(x.dtype)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import recording
 
 VARIANTS = ("sa", "refined")
 
@@ -90,6 +91,8 @@ class SelfAttention(nnx.Module):
   official code uses C_v = C/2 and max-pools keys and values 2×2, which we
   do not). `spectral_norm` wraps every map in SpectralNorm (SAGAN applies it
   to all layers of G and D).
+  With `record_attention` on (`recording.attention_weights`), sows the weights
+  (B, 1, *S, *S) of the values in o: β for "sa", f·g/N for "refined".
 
   Args:
     in_features: C.
@@ -113,6 +116,7 @@ class SelfAttention(nnx.Module):
       if value is not None and value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     self.variant, self.query_chunk_size = variant, query_chunk_size
+    self.record_attention = False  # see `recording`
 
     def linear(cin, cout):
       layer = nnx.Linear(cin, cout, use_bias=False, kernel_init=xavier, dtype=dtype, rngs=rngs)
@@ -128,11 +132,14 @@ class SelfAttention(nnx.Module):
     if x.ndim < 3:
       raise ValueError(f"x must have shape (batch, *spatial, channels), got {x.shape}")
     flat = lambda t: t.reshape(t.shape[0], -1, 1, t.shape[-1])  # (B, N, 1 head, D)
-    q, k, v = flat(self.g(x)), flat(self.f(x)), flat(self.h(x))
+    queries, keys = self.g(x), self.f(x)
+    q, k, v = flat(queries), flat(keys), flat(self.h(x))
     if self.variant == "sa":
       o = ops.dot_product_attention(q, k, v, scale=1.0, query_chunk_size=self.query_chunk_size)
     else:
       o = ops.dot_product_attention(q, k, v, scale=1.0, normalization="mean")
+    recording.sow_if_recording(self, recording.WEIGHTS, lambda: recording.single_head_weights(
+        queries, keys, scale=1.0, normalization="softmax" if self.variant == "sa" else "mean"))
     o = o.reshape(*x.shape[:-1], o.shape[-1])
     if self.v is not None:
       o = self.v(o)
