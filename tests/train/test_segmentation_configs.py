@@ -26,8 +26,8 @@ def test_paper_recipes():
   deeplab = voc_deeplab.get_config()
   assert deeplab.model.rates == (6, 12, 18, 24) and deeplab.optimizer.head_lr_multiplier == 10
   assert (deeplab.dataset.crop_size, deeplab.dataset.eval_size, deeplab.batch_size) == (321, 513,
-                                                                                         10)
-  assert deeplab.dataset.train_split == "train_aug" and deeplab.num_train_steps == 20_000
+                                                                                         8)
+  assert deeplab.dataset.train_split == "train_aug" and deeplab.num_train_steps == 25_000
   assert deeplab.model.classifier_kernel == 1  # KAO Table 5: the attention is the output layer
   ham = voc_hamnet.get_config()
   assert (ham.model.stem, ham.model.multi_grid, ham.model.rank) == ("deep", (1, 2, 4), 64)
