@@ -24,6 +24,7 @@ from absl import app
 from flax import nnx
 
 from attention_lab import models
+from experiments import plots
 
 KERNEL_NAMES = ("kernel", "w")
 
@@ -106,6 +107,15 @@ NOTES = """\
   32²). Convolutions alone (the qkv and output 1×1s included) give 5,335m MAdd =
   10.67 GFlops against the paper's 10.9 (−2.1%): the paper's GFlops leave the
   attention matmuls out.
+- KANet w/o KAO (−2.5% MAdd; parameters −0.08%): KAO Sec. 4.4 builds it "based on
+  KANet_KV, we replace all AttnSkipModules by BaseModules", so KANet's BaseSkipModules stay
+  (`base="mixed"`). It is not MobileNetV2: the six BaseSkipModules outside the attention
+  positions expand to (r−1)·c and concatenate the input, saving c² parameters and h·w·c²
+  MAdd each, Σ c² = 16² + 24² + 24² + 32² + 32² + 96² = 12,672 parameters (3,469,760 →
+  3,457,088 = 3.46m, the paper's 3.46m; MobileNetV2 is 3.47m) and 112²·16² + 2·56²·24² +
+  2·28²·32² + 14²·96² = 10.24m MAdd (300.8m → 290.5m). The paper's 298m (−2m) is not that:
+  only the 96→160 block's expansion alone (−9,216 parameters, −1.81m) gives both −0.01m and
+  −2m, which nothing in the text supports; 298m also repeats the MobileNetV2+KAO row.
 - SENet (−5.4%) and AttnNet 1/N (−5.5%): the SAO paper does not describe its
   SENet block or the head split of Attn1/N; ours are an SE gate with reduction 2
   and no biases on the attention path (which matches the 3.44m parameters) and
@@ -233,6 +243,7 @@ def main(argv):
   out = pathlib.Path(__file__).parent / "results"
   (out / "model_stats.md").write_text("\n".join(lines) + "\n\n" + NOTES)
   (out / "model_stats.json").write_text(json.dumps(records, indent=1))
+  plots.model_stats_plot()  # model_stats.png, linked from the markdown
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ LAYOUT = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3,
 # (row, index in row) of the attention modules in SAO Table 9 / KAO Table 6.
 ATTENTION_BLOCKS = frozenset({(2, 2), (3, 1), (3, 2), (3, 3), (4, 0), (4, 1), (4, 2),
                               (5, 1), (5, 2), (6, 0)})
+BASES = ("concat", "standard", "mixed")
 
 
 def _scaled(channels: int, width: float) -> int:
@@ -43,7 +44,10 @@ class MobileNet(nnx.Module):
     num_classes: k.
     attention: None (no attention modules), a GlobalAttention operator name or "se".
     base: "concat" (BaseSkipModule / the SAO paper's BaseModule) or "standard"
-      (MobileNetV2's inverted residual) for the non-attention blocks.
+      (MobileNetV2's inverted residual) for the non-attention blocks; "mixed":
+      "concat" outside ATTENTION_BLOCKS and "standard" at them (with attention=None,
+      KAO Table 4's KANet w/o KAO: KANet_KV with every AttnSkipModule replaced by
+      a BaseModule, its BaseSkipModules kept).
     attention_skip: skip around the attention path (SANet: yes; KANet AttnSkip: yes).
     attention_kwargs: passed to GlobalAttention (siamese_w, global_term, coefficients).
     width: channel multiplier (tests use small widths). image_size: input side.
@@ -55,8 +59,8 @@ class MobileNet(nnx.Module):
                attention_skip: bool = True, attention_kwargs: dict | None = None,
                width: float = 1.0, image_size: int = 224, in_channels: int = 3,
                dropout: float = 0.2, dtype=None, rngs: nnx.Rngs):
-    if base not in ("concat", "standard"):
-      raise ValueError(f"base must be 'concat' or 'standard', got {base!r}")
+    if base not in BASES:
+      raise ValueError(f"base must be one of {BASES}, got {base!r}")
     c = _scaled(32, width)
     self.stem = nnx.Conv(in_channels, c, (3, 3), strides=2, use_bias=False, dtype=dtype, rngs=rngs)
     self.stem_norm = nnx.BatchNorm(c, momentum=0.9, dtype=dtype, rngs=rngs)
@@ -66,9 +70,11 @@ class MobileNet(nnx.Module):
       d = _scaled(d, width)
       for i in range(n):
         stride = s if i == 0 else 1
-        attend = attention if (row, i) in ATTENTION_BLOCKS else None
+        at_attention = (row, i) in ATTENTION_BLOCKS
+        attend = attention if at_attention else None
+        concat = base == "concat" or (base == "mixed" and not at_attention)
         blocks.append(MobileBlock(
-            c, d, r, stride, concat_input=base == "concat", attention=attend,
+            c, d, r, stride, concat_input=concat, attention=attend,
             attention_skip=attention_skip, heads=4, spatial_shape=(size, size),
             attention_kwargs=attention_kwargs, dtype=dtype, rngs=rngs))
         c, size = d, -(-size // stride)
@@ -105,7 +111,8 @@ _VARIANTS = {
     "kanet_kv": dict(attention="kronecker_kv", attention_kwargs=_BN),
     "kanet_qkv": dict(attention="kronecker_qkv", attention_kwargs=_BN),
     "mobilenet_v2_kao": dict(attention="kronecker_kv", base="standard", attention_kwargs=_BN),
-    "kanet_no_kao": dict(attention=None, base="standard"),
+    # KAO Sec. 4.4: "based on KANet_KV, we replace all AttnSkipModules by BaseModules".
+    "kanet_no_kao": dict(attention=None, base="mixed"),
 }
 
 

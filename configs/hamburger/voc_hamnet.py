@@ -1,4 +1,4 @@
-"""HamNet on PASCAL VOC 2012 (Hamburger paper: Table 4's HamNet, Tables 1, 2, 8, Figs. 3-4).
+"""HamNet on PASCAL VOC 2012 (Hamburger paper: Table 4's HamNet, Tables 1, 2, 8, 9, Figs. 3-4).
 
   python -m attention_lab.main --config=configs/hamburger/voc_hamnet.py --workdir=workdirs/hamnet \\
       --config.dataset.manual_dir=/data/voc --config.init_from=/data/resnet101-2a57e44d.pth
@@ -24,7 +24,7 @@ test after trainval fine-tuning, multi-scale + flip: `--config.eval.scales=
 "(0.5,0.75,1.0,1.25,1.5,1.75)" --config.eval.flip=True`). Hardware: 4 V100 or
 a TPU v3-8 for ~1 day.
 
-Ablation settings (`:ablation`, App. E.1; Tables 1, 2, 8, Figs. 3-4 report
+Ablation settings (`:ablation`, App. E.1; Tables 1, 2, 8, 9, Figs. 3-4 report
 best(mean) of 5 runs on VOC val): ResNet-50 at output stride 16, batch 12,
 30k iterations, lr 9e-3. Rows by override:
 - Table 1 (one-step vs BPTT): --config.model.ham=vq|cd|nmf
@@ -34,7 +34,11 @@ best(mean) of 5 runs on VOC val): ResNet-50 at output stride 16, batch 12,
   (NMF 77.4 / 78.3 / 77.8); the learned row (76.8) learns the initial bases through the
   solver's iterations, so it trains with BPTT (the one-step gradient never reaches them):
   --config.model.ham_options.init=learned --config.model.ham_options.gradient=bptt;
-- Fig. 3 (d, r): --config.model.channels=D --config.model.rank=R;
+- Fig. 3 (latent dimension d and rank r; C stays 512): --config.model.ham_options.dim=D
+  --config.model.rank=R (the paper's choice d = 8r: 512 / 64);
+- Table 9 (CD temperature T = 1 / 0.1 / 0.01: 77.1 / 78.2 / 78.1): --config.model.ham=cd
+  --config.model.ham_options.temperature=T (default 0.01, the reference's INV_T = 100;
+  VQ and CD only, NMF's codes start at T = 1);
 - Fig. 4 (K): --config.model.ham_options.train_steps=K --config.model.ham_options.eval_steps=K;
 - Table 2 (components; basic 78.3, -ham 75.8, -upper bread 77.0, -lower
   bread 77.3, only ham 77.0, baseline (no Hamburger) 75.9):
@@ -85,7 +89,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   m.ham = "nmf"
   m.ham_options = ml_collections.ConfigDict({
       "init": "random", "gradient": "one_step", "train_steps": 6, "eval_steps": 7,
-      "without": ()})
+      "dim": 512, "temperature": 0.01, "without": ()})  # dim: d (× width, as channels)
   m.align_channels, m.dropout = 256, 0.1
   config.init_from = ""  # --config.init_from=<resnet101-2a57e44d.pth> (see above)
   for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
