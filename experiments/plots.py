@@ -1,0 +1,152 @@
+"""Plots of the paper tables from their saved results JSON (nothing is re-measured).
+
+  python -m experiments.plots
+
+One PNG per table that had none, written beside its results file and linked from it:
+SAO Table 5 (sao_table5.png), Refined-SA Tables 2-3 (isa_tables.png), AA Table 9's
+counts (aa_table9_counts.png, made by experiments/aa_table9_counts.py with
+`grouped_bars`), the model counts (model_stats.png), Ham Table 9 (ham_table9.png, by
+experiments/ham_table9.py). Each panel puts ours beside the paper's numbers.
+"""
+
+import json
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
+from absl import app  # noqa: E402  pylint: disable=g-import-not-at-top
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def grouped_bars(path, title: str, groups, panels, *, log: bool = False, rotate: int = 0,
+                 ylims=None):
+  """Side-by-side panels of grouped bars. panels: [(ylabel, {series: values per group})];
+  a value None leaves its bar out; ylims: a (low, high) or None per panel. Returns the path."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.9 * len(groups) + 2) *
+                                                    len(panels), 4.2), squeeze=False)
+  for ax, (ylabel, series), ylim in zip(axes[0], panels, ylims or [None] * len(panels)):
+    width = 0.8 / len(series)
+    x = np.arange(len(groups))
+    for i, (name, values) in enumerate(series.items()):
+      heights = [np.nan if v is None else v for v in values]
+      ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=name)
+    ax.set_xticks(x)
+    ax.set_xticklabels(groups, rotation=rotate, ha="right" if rotate else "center", fontsize=8)
+    ax.set_ylabel(ylabel)
+    if log:
+      ax.set_yscale("log")
+    if ylim:
+      ax.set_ylim(*ylim)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def _load(name):
+  return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def link(md_name: str, png_name: str, caption: str) -> None:
+  """Adds '<caption>: [png](png)' to the end of a results markdown file, once."""
+  md = RESULTS / md_name
+  text = md.read_text()
+  line = f"{caption}: [{png_name}]({png_name})"
+  if f"]({png_name})" not in text:
+    md.write_text(text.rstrip("\n") + "\n\n" + line + "\n")
+
+
+def delta_bars(path, title: str, labels, panels):
+  """Horizontal bars of ours − paper in percent, one row per label. panels:
+  [(xlabel, [Δ% or None per label])]; None (the paper gives no number) leaves a gap."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.24 * len(labels) + 1.4),
+                           sharey=True, squeeze=False)
+  y = np.arange(len(labels))
+  for ax, (xlabel, deltas) in zip(axes[0], panels):
+    values = np.array([np.nan if d is None else d for d in deltas])
+    ax.barh(y, values, color=["tab:red" if abs(v) > 3 else "tab:blue" for v in
+                              np.nan_to_num(values)])
+    ax.axvline(0, color="black", lw=0.8)
+    for edge in (-3, 3):
+      ax.axvline(edge, color="gray", lw=0.6, ls="--")
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+  axes[0][0].set_yticks(y)
+  axes[0][0].set_yticklabels(labels, fontsize=7)
+  axes[0][0].invert_yaxis()
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def model_stats_plot():
+  """Ours − paper (%) of every counted model that the papers give a number for."""
+  from experiments.model_stats import TABLES  # pylint: disable=g-import-not-at-top
+  labels, d_params, d_madd = [], [], []
+  for r in _load("model_stats"):
+    if r["paper_params"] is None and r["paper_madd"] is None:
+      continue
+    # Compared as model_stats.md does: all trainable parameters where the table says so.
+    paper_all = TABLES.get(r["table"], {}).get("params") == "all"
+    ours = r["params_all"] if paper_all else r["params_paper_convention"]
+    tag = r["table"].split(" (")[0]
+    labels.append(f"{r['label'].split(' (')[0]} [{tag}]")
+    d_params.append(None if r["paper_params"] is None else
+                    100 * (ours - r["paper_params"]) / r["paper_params"])
+    d_madd.append(None if r["paper_madd"] is None else
+                  100 * (r["madd"] - r["paper_madd"]) / r["paper_madd"])
+  path = delta_bars(RESULTS / "model_stats.png",
+                    "Model counts: ours − paper (dashed: ±3%; red: beyond)", labels,
+                    [("parameters Δ (%)", d_params), ("MAdd Δ (%)", d_madd)])
+  link("model_stats.md", path.name, "Plot (ours − paper per row, %)")
+
+
+def sao_table5_plot():
+  """Memory and time ratios against each comparison's baseline, ours beside the paper's."""
+  rows = _load("sao_table5")["rows"]
+  groups = [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows]
+  panels = [(f"{what} ratio to the baseline", {
+      "paper": [r.get(f"paper_{what}_ratio") for r in rows],
+      "ours": [r[f"{what}_ratio"] for r in rows]}) for what in ("memory", "time")]
+  path = grouped_bars(RESULTS / "sao_table5.png",
+                      "SAO Table 5: training-step memory and time (ratios)", groups, panels,
+                      rotate=60)
+  link("sao_table5.md", path.name, "Plot (ratios, ours beside the paper's)")
+
+
+def isa_tables_plot():
+  """Forward / backward speed-ups over SAGAN and the largest batch, ours beside the paper's."""
+  rows = _load("isa_tables")["rows"]
+  base = rows[0]["paper"]
+  groups = [r["variant"].upper() for r in rows]
+  largest = lambda v: float(str(v).replace("≥", "").strip())
+  panels = [
+      ("forward speed-up over SAGAN", {"paper": [base[0] / r["paper"][0] for r in rows],
+                                       "ours": [r["forward"]["speedup"] for r in rows]}),
+      ("backward speed-up over SAGAN", {"paper": [base[1] / r["paper"][1] for r in rows],
+                                        "ours": [r["train"]["speedup"] for r in rows]}),
+      ("largest batch (paper: 11 GB GPU; ours: 11 GiB)", {
+          "paper": [largest(r["paper"][2]) for r in rows],
+          "ours": [r["largest_batch"] for r in rows]})]
+  path = grouped_bars(RESULTS / "isa_tables.png", "Refined-SA Tables 2-3", groups, panels)
+  link("isa_tables.md", path.name, "Plot (ours beside the paper's; paper's ≥ 1024 drawn at 1024)")
+
+
+def main(argv):
+  del argv
+  model_stats_plot()
+  sao_table5_plot()
+  isa_tables_plot()
+
+
+if __name__ == "__main__":
+  app.run(main)
