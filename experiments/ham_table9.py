@@ -108,7 +108,8 @@ def main(argv):
       "    python -m attention_lab.main --config=configs/hamburger/voc_hamnet.py:ablation \\",
       "        --workdir=workdirs/ham_t$T --config.model.ham=cd \\",
       "        --config.model.ham_options.temperature=$T --config.seed=$SEED \\",
-      "        --config.dataset.manual_dir=/data/voc --config.init_from=/data/resnet50-ebb6acbb.pth"]
+      "        --config.dataset.manual_dir=/data/voc \\",
+      "        --config.init_from=/data/resnet50-ebb6acbb.pth"]
   RESULTS.mkdir(exist_ok=True)
   (RESULTS / "ham_table9.md").write_text("\n".join(lines) + "\n")
   (RESULTS / "ham_table9.json").write_text(json.dumps(rows, indent=1))

@@ -8,6 +8,7 @@
   #   --config.model.kappa=K --config.model.upsilon=K, K ∈ {0.25, 0.5, 0.75, 1.0}
   # Table 7 (positional encodings): ROW=aa_resnet34 or aa_resnet50 with
   #   --config.model.positional=none | sine | coordconv | relative
+  #   (coordconv: CoordConv's (x, y, r) channels concatenated to the attention input, AA Sec. 4.5)
 
 Pick the row with the preset, not by overriding model.name alone: the row also
 sets κ, υ (0.25 / 0.25 for AA-ResNet-34, 0.2 / 0.1 for the others) and the

@@ -11,8 +11,8 @@
 Recipe (KAO appendix; SANet's, see configs/sanet/imagenet.py, except the
 batch): SGD momentum 0.9, 0.1 ×0.1 at epochs 80/105/120 of 150, batch 512 on
 8 TITAN Xp (SANet: 640 on 8 RTX 2080 Ti; the learning rate is 0.1 in both
-papers, so it is not rescaled), dropout keep 0.8, 256-resize / 224 crop / flip, batch norm on the coefficient
-matrices. Silent there as in the SAO paper: weight decay (4e-5), warm-up,
+papers, so it is not rescaled), dropout keep 0.8, 256-resize / 224 crop /
+flip, batch norm on the coefficient matrices. Silent there as in the SAO paper: weight decay (4e-5), warm-up,
 label smoothing. Hardware and the `:cpu` / `:tiny` presets as in
 configs/sanet/imagenet.py (KANet_KV `:cpu`: eval top-1 92.7% using 121
 CPU-seconds, about 1-1.5 min wall on a quiet 2-core CPU).
