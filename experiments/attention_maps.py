@@ -5,49 +5,44 @@
 
 Loads the workdir's latest checkpoint (train first with `python -m
 attention_lab.main --config=... --workdir=...`), runs the evaluation-mode
-model on the first `num_images` test images while recording the input of
-every attention layer, and recomputes from that input and the layer's
-parameters the weights each query position gives to every position:
+model once on the first `num_images` test images with every attention layer
+recording its weights (`attention_lab.layers.recording`; they reproduce the
+layer's output, tests/layers/test_attention_recording.py), and draws them:
 
-- softmax, Attn+Pool, relative (GlobalAttention, AugmentedConv): the row of
-  the attention matrix softmax(s·q_i·k_j (+ relative logits)) — on the pooled
-  2×2 grid for Attn+Pool;
+- softmax, Attn+Pool, relative (GlobalAttention, AugmentedConv, NonLocal,
+  SelfAttention): the row of the attention matrix of a query position — on
+  the pooled key grid for Attn+Pool;
 - Attn1/N ("mean") and SAO ("siamese"): the coefficients c_ij by which v_j
   enters out_i (1/N-scaled, or batch-normalised as in SANet/KANet); for SAO
   c_ij = a_i + b_j with the per-position scores b_j = wᵀk_j, so every query
   sees the same map up to a constant (SAO Eq. 5-6);
-- KAO_KV / KAO_QKV: the softmax weights of the row and column summaries (KAO
-  Eq. 1-3), drawn as the weight that reaches position (x', y') through them,
-  w_row[x']/W + w_col[y']/H (summed over the query's row and column summaries
-  for KAO_QKV);
-- Hamburger: the codes (B, N, R) of the decomposition, drawn for the three
-  bases with the largest total code mass in each image.
+- KAO_KV / KAO_QKV: the query's softmax weights over the row and column
+  summaries (KAO Eq. 1-3), drawn as the weight that reaches position (x', y')
+  through them, w_row[x']/W + w_col[y']/H (so out_i = Σ_j A_ij v_j still holds);
+- Hamburger: the codes (B, N, R) of the decomposition (group 0), drawn for
+  the three bases with the largest total code mass in each image.
 
-In every non-Hamburger case the drawn weights A satisfy out_i = Σ_j A_ij v_j
-exactly (tests/experiments/test_attention_maps.py checks it against the
-layers). Figures: one PNG per attention layer (at most `max_layers`), rows =
-image × query position (marked ×), columns = heads, the map laid over the
-image; written to `out_dir` as attention_maps_<name>_<layer>.png.
+Figures: one PNG per attention layer (at most `max_layers`), rows = image ×
+query position (marked ×), columns = heads, the map laid over the image;
+written to `out_dir` as attention_maps_<name>_<layer>.png.
 """
 
-import contextlib
 import math
 import pathlib
 import re
 
-import jax
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
 from absl import app, flags
-from flax import nnx
 from ml_collections import config_flags
 
-from attention_lab import ops
 from attention_lab.data import pipeline
+from attention_lab.layers import recording
 from attention_lab.layers.augmented_conv import AugmentedConv
 from attention_lab.layers.global_attention import GlobalAttention
 from attention_lab.layers.hamburger import Hamburger
+from attention_lab.layers.non_local import NonLocal
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -60,150 +55,28 @@ _OUT_DIR = flags.DEFINE_string("out_dir", "", "Where the PNGs go (default experi
 _NAME = flags.DEFINE_string("name", "", "Figure name (default: from the config's model).")
 
 RESULTS = pathlib.Path(__file__).parent / "results"
-LAYERS = (GlobalAttention, AugmentedConv, Hamburger)
 
 
-# ----------------------------------------------------------------------------------------------
-# Capturing the inputs of the attention layers.
+def _is_kronecker(layer) -> bool:
+  return isinstance(layer, GlobalAttention) and layer.operator.startswith("kronecker")
 
 
-def attention_layers(model) -> list:
-  """[(path string, layer)] of every GlobalAttention / AugmentedConv / Hamburger in the model."""
-  return [("/".join(map(str, path)) or "model", m) for path, m in nnx.iter_modules(model)
-          if isinstance(m, LAYERS)]
-
-
-@contextlib.contextmanager
-def _recording(layers, store):
-  """Patches the layer classes' __call__ so the listed instances record their input."""
-  wanted = {id(m) for m in layers}
-  originals = {cls: cls.__call__ for cls in {type(m) for m in layers}}
-
-  def wrap(original):
-    def call(self, x, *args, **kwargs):
-      if id(self) in wanted:
-        store[id(self)] = x
-      return original(self, x, *args, **kwargs)
-    return call
-
-  try:
-    for cls, original in originals.items():
-      cls.__call__ = wrap(original)
-    yield store
-  finally:
-    for cls, original in originals.items():
-      cls.__call__ = original
-
-
-def layer_inputs(model, images) -> dict:
-  """{id(layer): its input} for one eager forward pass of `model` on `images`."""
-  layers = [m for _, m in attention_layers(model)]
-  with _recording(layers, {}) as store:
-    model(images)
-  return store
-
-
-# ----------------------------------------------------------------------------------------------
-# Weights from a layer's parameters and input.
-
-
-def _flat(t):
-  return t.reshape(t.shape[0], -1, *t.shape[-2:])
-
-
-def _summary_to_grid(weights, x, y):
-  """(..., X+Y) summary weights → (..., X, Y) weight reaching each position (KAO Eq. 1)."""
-  rows, cols = weights[..., :x], weights[..., x:]
-  return rows[..., :, None] / y + cols[..., None, :] / x
-
-
-def global_attention_weights(layer: GlobalAttention, x):
-  """(A (B, H, Nq, Nk), v (B, Nk, H, Dv), query grid, key grid) with out = A·v per head,
-  before the output projection. Evaluation mode (running coefficient statistics)."""
-  if layer.dtype is not None:
-    x = x.astype(layer.dtype)
-  heads = layer._heads  # pylint: disable=protected-access
-  q = heads(layer.query(x) if layer.query else x).astype(jnp.float32)
-  k = heads(layer.key(x) if layer.key else x).astype(jnp.float32)
-  v = heads(layer.value(x)).astype(jnp.float32)
-  grid, op = tuple(x.shape[1:-1]), layer.operator
-  norm = layer.coefficients == "batch_norm"
-  if norm:
-    gain = layer.coef_scale[...] * jax.lax.rsqrt(layer.coef_var[...] + layer.bn_epsilon)
-  scale = gain[None, :, None, None] if norm else q.shape[-1] ** -0.5
-  logits = lambda qq, kk: jnp.einsum("bqhd,bkhd->bhqk", qq, kk)
-  if op in ("softmax", "relative"):
-    e = logits(_flat(q), _flat(k))
-    if op == "relative":
-      lh, lw = ops.relative_logits_2d(q, layer.rel_h[...], layer.rel_w[...])
-      e = e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
-    return jax.nn.softmax(scale * e, axis=-1), _flat(v), grid, grid
-  if op == "softmax_pool":
-    k_pool, v_pool = ops.pool_keys_values(k, v)
-    key_grid = tuple(-(-s // 2) for s in grid)
-    return jax.nn.softmax(scale * logits(_flat(q), k_pool), axis=-1), v_pool, grid, key_grid
-  if op in ("mean", "siamese"):
-    qf, kf = _flat(q), _flat(k)
-    n = kf.shape[1]
-    if op == "mean":
-      e = logits(qf, kf)
-    else:
-      w = layer.w[...].astype(jnp.float32)
-      a, b = jnp.einsum("bnhd,hd->bhn", qf, w), jnp.einsum("bnhd,hd->bhn", kf, w)
-      e = a[..., :, None] + (b[..., None, :] if layer.global_term else 0.0 * b[..., None, :])
-    if norm:
-      shift = layer.coef_bias[...] - gain * layer.coef_mean[...]
-      c = gain[None, :, None, None] * e + shift[None, :, None, None]
-    else:
-      c = (q.shape[-1] ** -0.5 if op == "mean" else 1.0) * e / n
-    return c, _flat(v), grid, grid
-  if op in ("kronecker_kv", "kronecker_qkv"):
-    if len(grid) != 2:
-      raise ValueError(f"maps are drawn for 2D grids only, got {grid}")
-    gx, gy = grid
-    summary = lambda t: jnp.concatenate([t.mean(axis=2), t.mean(axis=1)], axis=1)  # (B, X+Y, H, D)
-    kbar = summary(k)
-    if op == "kronecker_kv":
-      weights = jax.nn.softmax(scale * logits(_flat(q), kbar), axis=-1)  # (B, H, N, X+Y)
-    else:
-      ws = jax.nn.softmax(scale * logits(summary(q), kbar), axis=-1)  # (B, H, X+Y, X+Y)
-      # Query (x, y) gets o_rows[x] + o_cols[y] (KAO Eq. 3): add the two rows.
-      weights = (ws[:, :, :gx, None, :] + ws[:, :, None, gx:, :]).reshape(
-          ws.shape[0], ws.shape[1], gx * gy, -1)
-    a = _summary_to_grid(weights, gx, gy).reshape(*weights.shape[:3], gx * gy)
-    return a, _flat(v), grid, grid
-  raise ValueError(f"no attention map for operator {op!r}")
-
-
-def augmented_conv_weights(layer: AugmentedConv, x):
-  """(A (B, H, Nq, Nk), v, grid, grid) of an AugmentedConv's attention branch (AA Eq. 1-4)."""
-  b = x.shape[0]
-  qkv = layer.qkv(layer.attention_input(x)).astype(jnp.float32)
-  if layer.downsample:
-    qkv = nnx.avg_pool(qkv, (3, 3), (2, 2), "SAME")
-  gh, gw = qkv.shape[1:3]
-  split = lambda t: t.reshape(b, gh, gw, layer.heads, t.shape[-1] // layer.heads)
-  q, k, v = (split(t) for t in jnp.split(qkv, [layer.dk, 2 * layer.dk], axis=-1))
-  e = jnp.einsum("bqhd,bkhd->bhqk", _flat(q), _flat(k))
-  if layer.positional == "relative":
-    lh, lw = ops.relative_logits_2d(q, layer.rel_h[...], layer.rel_w[...])
-    e = e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
-  return jax.nn.softmax(q.shape[-1] ** -0.5 * e, axis=-1), _flat(v), (gh, gw), (gh, gw)
-
-
-def hamburger_codes(layer: Hamburger, x):
-  """(codes (B, X, Y, R) of group 0, strength (B, R) = mean code per basis), evaluation mode."""
-  b, h, w, _ = x.shape
-  y = layer.lower(x.reshape(b * h * w, -1))
-  if layer.ham == "nmf":
-    y = jax.nn.relu(y)
-  d, s = y.shape[-1], layer.groups
-  tokens = jnp.swapaxes(y.reshape(b, h * w, s, d // s), 1, 2).reshape(b * s, h * w, d // s)
-  # pylint: disable=protected-access
-  _, codes = layer._decompose(tokens.astype(jnp.float32), layer._initial_bases(b, d // s),
-                              layer.eval_steps)
-  codes = codes.reshape(b, s, h, w, -1)[:, 0]
-  return codes, jnp.mean(codes, axis=(1, 2))
+def grid_weights(layer, weights):
+  """(A (B, H, Nq, Nk), query grid, key grid) of a layer's recorded 2D weights; KAO's
+  weights over the X+Y summaries become the weight reaching each position (KAO Eq. 1)."""
+  weights = jnp.asarray(weights)
+  b, heads = weights.shape[:2]
+  if _is_kronecker(layer) and weights.ndim == 5:
+    query_grid = key_grid = weights.shape[2:4]
+    x, y = query_grid
+    rows, cols = weights[..., :x], weights[..., x:]
+    weights = rows[..., :, None] / y + cols[..., None, :] / x
+  elif weights.ndim == 6:
+    query_grid, key_grid = weights.shape[2:4], weights.shape[4:6]
+  else:
+    raise ValueError(f"maps are drawn for 2D grids only, got weights of shape {weights.shape}")
+  return (weights.reshape(b, heads, math.prod(query_grid), math.prod(key_grid)),
+          tuple(query_grid), tuple(key_grid))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,6 +163,11 @@ def _describe(layer) -> tuple[str, bool]:
   """(what is drawn, signed colormap?)"""
   if isinstance(layer, AugmentedConv):
     return f"AugmentedConv ({layer.positional} positions): softmax attention row", False
+  if isinstance(layer, NonLocal):
+    return "non-local softmax row" + (" (pooled keys)" if layer.subsample else ""), False
+  if not isinstance(layer, GlobalAttention):  # SelfAttention
+    return ("SAGAN attention row", False) if layer.variant == "sa" else (
+        "refined SA coefficients f·g/N", True)
   op = layer.operator
   if op in ("mean", "siamese"):
     what = ("Attn1/N coefficients c_ij" if op == "mean" else
@@ -305,21 +183,19 @@ def draw_model(model, images, out_dir, name: str, max_layers: int = 3) -> list:
   """Draws the first `max_layers` attention layers of `model` on `images`; returns the paths."""
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
-  inputs = layer_inputs(model, images)
+  _, recorded = recording.attention_weights(model, images)
+  layers = dict(recording.recording_layers(model))
   paths = []
-  for layer_path, layer in attention_layers(model)[:max_layers]:
-    x = inputs.get(id(layer))
-    if x is None:
-      continue
+  for layer_path, values in list(recorded.items())[:max_layers]:
+    layer, weights = layers[layer_path], values[recording.WEIGHTS][0]
     slug = re.sub(r"[^\w]+", "_", layer_path).strip("_")
     path = out_dir / f"attention_maps_{name}_{slug}.png"
     if isinstance(layer, Hamburger):
-      codes, strength = hamburger_codes(layer, x)
+      codes = weights[:, 0]  # group 0: (B, H, W, R)
       draw_codes(path, f"{name} {layer_path}: Hamburger ({layer.ham}) codes of the 3 strongest "
-                 "bases", images, codes, strength)
+                 "bases", images, codes, jnp.mean(codes, axis=(1, 2)))
     else:
-      fn = augmented_conv_weights if isinstance(layer, AugmentedConv) else global_attention_weights
-      weights, _, query_grid, key_grid = fn(layer, x)
+      weights, query_grid, key_grid = grid_weights(layer, weights)
       what, signed = _describe(layer)
       draw_weights(path, f"{name} {layer_path}: {what}", images, weights, query_grid, key_grid,
                    signed)
