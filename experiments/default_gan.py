@@ -7,10 +7,14 @@ For each variant: the digits-FID of the untrained generator (step 0), then the
 training run with its periodic evaluations; reported: conditional accuracy
 (share of class-k samples the digits classifier labels k), digits-FID (FID in
 that classifier's 64-d feature space; lower is better), its ratio to the
-untrained G's, IS, KID and wall time (training + evaluations, the classifier's
-one-off training excluded; a stopped run resumed with a smaller --steps counts
-the time up to its restored checkpoint plus the final evaluation). Goal (issue 14): every variant ≥ 90% conditional
-accuracy and FID ≤ a tenth of the untrained G's in ≤ 15 minutes on a 2-core CPU.
+untrained G's, IS, KID, k-NN precision and recall, per-class recall, class
+diversity (a class's pixel diversity over the real digits', averaged over
+classes) and wall time (training + evaluations, the classifier's one-off
+training excluded; a stopped run resumed with a smaller --steps counts the time
+up to its restored checkpoint plus the final evaluation). Goals: every variant
+≥ 90% conditional accuracy and FID ≤ a tenth of the untrained G's in ≤ 15
+minutes on a 2-core CPU; and samples that vary like the data: recall ≥ 0.5 and
+class diversity ≥ 0.7.
 The digits classifier (configs/default.py) is trained once into
 <workdir>/digits_classifier and shared by all variants.
 
@@ -28,8 +32,8 @@ import time
 
 from absl import app, flags, logging
 
+from attention_lab.evaluation import generative
 from attention_lab.train import upstream
-from attention_lab.train.tasks import gan as gan_task
 from attention_lab.train.trainer import Trainer
 from configs.gan import default
 from experiments import measure
@@ -84,8 +88,16 @@ def run_variant(variant: str, workdir: str, steps: int) -> dict:
               ema_decay=config.ema_decay,
               ema_start_step=config.ema_start_step, conditional_accuracy=acc, fid=fid,
               untrained_fid=fid0, fid_ratio=fid / fid0, inception_score=summary["eval_is"],
-              kid=summary["eval_kid"], wall_s=wall, history=history,
-              meets_goal=bool(acc >= 0.9 and fid <= fid0 / 10 and wall <= 900))
+              kid=summary["eval_kid"], precision=summary["eval_precision"],
+              recall=summary["eval_recall"], class_recall=summary["eval_class_recall"],
+              class_diversity=summary["eval_class_diversity"], wall_s=wall, history=history,
+              meets_goal=bool(acc >= 0.9 and fid <= fid0 / 10 and wall <= 900),
+              meets_diversity_goal=bool(summary["eval_recall"] >= 0.5
+                                        and summary["eval_class_diversity"] >= 0.7))
+
+
+def _score(row, key) -> str:
+  return f"{row[key]:.3f}" if key in row else "—"  # rows measured before these scores existed
 
 
 def _ema(row) -> str:
@@ -108,14 +120,20 @@ def markdown(rows, machine: str, classifier: dict, note: str) -> str:
       "(configs/default.py, "
       f"test top-1 {classifier.get('eval_top1', float('nan')):.3f}); digits-FID lower is better. "
       "Goal: conditional accuracy ≥ 0.90 and FID ≤ untrained FID / 10 within 15 minutes.", "",
+      "Diversity goal: recall ≥ 0.5 and class diversity (pixel diversity within a class over "
+      "the real digits') ≥ 0.7.", "",
       "| attention | steps | cond. accuracy | digits-FID | untrained G's FID | ratio | IS | KID | "
-      "wall time | goal |",
-      "|---|---|---|---|---|---|---|---|---|---|"]
+      "precision | recall | class recall | class diversity | wall time | goal | diversity goal |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  met = lambda ok: "met" if ok else "not met"  # noqa: E731
   for r in rows:
     lines.append(
         f"| {r['variant']} | {r['steps']} | {r['conditional_accuracy']:.3f} | {r['fid']:.3f} | "
         f"{r['untrained_fid']:.2f} | {r['fid_ratio']:.3f} | {r['inception_score']:.2f} | "
-        f"{r['kid']:.4f} | {r['wall_s'] / 60:.1f} min | {'met' if r['meets_goal'] else 'not met'} |")
+        f"{r['kid']:.4f} | {_score(r, 'precision')} | {_score(r, 'recall')} | "
+        f"{_score(r, 'class_recall')} | {_score(r, 'class_diversity')} | "
+        f"{r['wall_s'] / 60:.1f} min | {met(r['meets_goal'])} | "
+        f"{met(r['meets_diversity_goal']) if 'meets_diversity_goal' in r else '—'} |")
   grids = [r["variant"] for r in rows
            if (RESULTS / f"default_gan_{r['variant']}_samples.png").exists()]
   lines += ["", "FID over training: [default_gan.png](default_gan.png)" + (
@@ -137,7 +155,7 @@ def main(argv):
   rows = {r["variant"]: r for r in previous.get("rows", [])}
   start = time.time()
   ev = variant_config("none", workdir, _STEPS.value).eval
-  gan_task.digits_classifier(ev, workdir)
+  upstream.digits_classifier(ev, workdir)
   classifier_s = time.time() - start
   classifier = Trainer(upstream.load_config_file(ev.classifier_config),
                        ev.classifier_workdir).evaluate()
@@ -150,7 +168,7 @@ def main(argv):
         {"rows": ordered, "classifier": classifier, "classifier_s": classifier_s,
          "machine": machine, "note": _NOTE.value}, indent=1))
     md_path.write_text(markdown(ordered, machine, classifier, _NOTE.value) + analysis)
-    gan_task.plot_history({r["variant"]: r["history"] for r in ordered},
+    generative.plot_history({r["variant"]: r["history"] for r in ordered},
                           str(RESULTS / "default_gan.png"))
     print(markdown(ordered, machine, classifier, _NOTE.value), flush=True)
 

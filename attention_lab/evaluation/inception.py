@@ -14,9 +14,10 @@ align_corners=False)`), mapped to [−1, 1], then run through the network in
 float32 (channels-last here; the weights are transposed from OIHW once).
 
 `fid_inception(path)` reads the weights without torch (checkpoints.torch_reader)
-and returns a jit-able `images -> (N, 2048)` pool-feature function;
-`inception_logits(params, images)` adds the 1,008-way classifier for the
-Inception Score. About 5.7 GMAC per 299² image.
+and returns a jitted `images -> (N, 2048)` pool-feature function (with
+`logits=True` also the 1,008-way classifier's logits for the Inception Score,
+from the same pass); `evaluation.generative.inception_extractor` is the GAN
+evaluation's use of it. About 5.7 GMAC per 299² image.
 """
 
 import functools
@@ -238,15 +239,18 @@ def pool_features(params, images):
   return jnp.mean(x, axis=(1, 2))
 
 
-def inception_logits(params, images):
-  """(N, 1008) logits of the classifier on the pool features (for the Inception Score)."""
-  return pool_features(params, images) @ params["fc"]["kernel"] + params["fc"]["bias"]
+def features_and_logits(params, images):
+  """((N, 2048) pool features, (N, 1008) logits) from one pass (FID / KID and IS)."""
+  feats = pool_features(params, images)
+  return feats, feats @ params["fc"]["kernel"] + params["fc"]["bias"]
 
 
-def fid_inception(path: str):
-  """A jit-able function images (N, H, W, 3) in [0, 255] → (N, 2048) features, from the
-  weights file at `path` (pytorch-fid's pt_inception-2015-12-05-6726825d.pth)."""
+def fid_inception(path: str, *, logits: bool = False):
+  """A jitted function images (N, H, W, 3) in [0, 255] → (N, 2048) features (with
+  `logits`: (features, (N, 1008) logits)), from the weights file at `path` (pytorch-fid's
+  pt_inception-2015-12-05-6726825d.pth)."""
   from attention_lab.checkpoints import torch_reader  # pylint: disable=g-import-not-at-top
 
   params = prepare(torch_reader.load_torch_state_dict(path))
-  return jax.jit(functools.partial(pool_features, params))
+  fn = jax.jit(features_and_logits if logits else pool_features)  # weights as arguments,
+  return functools.partial(fn, params)  # not as constants folded into the program

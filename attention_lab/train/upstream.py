@@ -64,3 +64,16 @@ def weights_path(init_from: str, workdir: str) -> str:
   path = os.path.join(workdir, "pretrained")
   trained(config, path)
   return path
+
+
+def digits_classifier(ev, workdir: str):
+  """The digits classifier behind the GAN's digits features, in evaluation mode, and its
+  config: `ev.classifier_config` restored from `ev.classifier_workdir` ("" =
+  <workdir>/digits_classifier), trained there first when its run is not finished."""
+  config = load_config_file(ev.classifier_config, "eval.classifier_config")
+  if config.get("task", "classification") != "classification" or config.dataset.name != "digits":
+    raise ValueError(f"eval.classifier_config must be a digits classification config, got "
+                     f"{ev.classifier_config!r}")
+  cls_workdir = ev.classifier_workdir or os.path.join(workdir, "digits_classifier")
+  trainer = trained(config, cls_workdir)
+  return trainer.task.model(trainer.state), config

@@ -87,3 +87,36 @@ def test_kid_matches_the_naive_unbiased_mmd():
   same = fid.kernel_inception_distance(a, b, num_subsets=4, subset_size=200)[0]
   shifted = fid.kernel_inception_distance(a, c + 0.5, num_subsets=4, subset_size=200)[0]
   assert abs(same) < 0.05 * shifted
+
+
+def _torch_fidelity():
+  """torch-fidelity's metric modules where they import (the test extra), else skip."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    from torch_fidelity import metric_isc, metric_kid  # pylint: disable=g-import-not-at-top
+  except Exception as e:  # noqa: BLE001 (a broken torchvision raises RuntimeError on import)
+    pytest.skip(f"torch-fidelity not importable: {e}")
+  return torch, metric_isc, metric_kid
+
+
+def test_inception_score_equals_torch_fidelity():
+  torch, metric_isc, _ = _torch_fidelity()
+  logits = np.random.default_rng(5).normal(size=(60, 11)) * 2
+  theirs = metric_isc.isc_features_to_metric(torch.from_numpy(logits), splits=6, shuffle=False)
+  p = np.exp(logits - logits.max(1, keepdims=True))
+  mean, std = fid.inception_score(p / p.sum(1, keepdims=True), splits=6)  # 6 equal parts
+  assert mean == pytest.approx(theirs["inception_score_mean"], rel=1e-10)
+  assert std == pytest.approx(theirs["inception_score_std"], rel=1e-8)
+
+
+def test_kid_equals_torch_fidelity_on_whole_sets():
+  """Subsets of the whole set are permutations of it, so both draw the same MMD²."""
+  torch, _, metric_kid = _torch_fidelity()
+  rng = np.random.default_rng(6)
+  x, y = rng.normal(size=(40, 16)), rng.normal(size=(40, 16)) * 1.2 + 0.3
+  theirs = metric_kid.kid_features_to_metric(
+      torch.from_numpy(x), torch.from_numpy(y), kid_subsets=2, kid_subset_size=40,
+      kid_kernel="poly", kid_kernel_poly_degree=3, kid_kernel_poly_gamma=None,
+      kid_kernel_poly_coef0=1, rng_seed=0, verbose=False)
+  mean, _ = fid.kernel_inception_distance(x, y, num_subsets=2, subset_size=40)
+  assert mean == pytest.approx(theirs["kernel_inception_distance_mean"], rel=1e-10)

@@ -28,35 +28,39 @@ State: {"step", "generator": {"params", "rest", "opt_state"}, "discriminator": {
 "ema": G's params, "rng": PRNG key}; the loop shards and checkpoints all of it, so a
 resumed run continues exactly (both models, both optimizer states, EMA, RNG, data).
 
-Evaluation (`config.eval`): `num_samples` images from a fixed key (class-balanced
-labels when conditional; 50,000 for paper numbers) → features of
+Evaluation (`config.eval`; the generic parts in evaluation/generative.py):
+`num_samples` images from a fixed key (class-balanced labels when conditional;
+50,000 for paper numbers) → features of
 - "inception": pytorch-fid's FID InceptionV3 (evaluation/inception.py) from the
   weights file `eval.inception_path` (pt_inception-2015-12-05-6726825d.pth);
 - "digits": the penultimate features and logits of a digits classifier trained
   by this library: the default classification experiment (`eval.classifier_config`,
   configs/default.py) in `eval.classifier_workdir`; trained there first when that
-  workdir holds no finished run (about a minute on a CPU);
+  workdir holds no finished run (about a minute on a CPU; train/upstream.py);
 - "none": no scores (sample grids only);
-then FID (lower is better: the headline), Inception Score, KID, and with the
-digits classifier the conditional accuracy: the share of class-k samples the
-classifier labels k. Real-side features (`eval.real_split`, at most
-`eval.num_real` images) are computed once and cached as an .npz in
-`eval.stats_dir` (default: <TFDS data_dir>/gan_statistics), keyed by dataset,
-split, size, count and feature extractor. Each evaluation appends its scores to
+then FID (lower is better: the headline), Inception Score, KID, k-NN precision
+and recall (k = 3; equally many generated and real features), and when
+conditional the per-class recall and `eval_class_diversity` (mean pairwise pixel
+distance within a class over the real images' of that class, averaged over
+classes); with the digits classifier the conditional accuracy: the share of
+class-k samples the classifier labels k. The real side (`eval.real_split`, at most
+`eval.num_real` images; `eval.num_kid_real` features kept for KID and
+precision/recall) is computed once and cached as an .npz in `eval.stats_dir`
+(default: <TFDS data_dir>/gan_statistics), keyed by dataset, split, size, count
+and feature extractor. Each evaluation appends its scores to
 <workdir>/fid_history.json and redraws <workdir>/fid_history.png.
 Cost per evaluation: num_samples G forwards plus feature extraction; the FID's
-matrix square root is O(d³) (d = 2048 for Inception).
+matrix square root is O(d³) (d = 2048 for Inception); precision/recall
+O(n²·d) for n = min(num_samples, num_kid_real).
 """
 
 import hashlib
-import json
 import os
 
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 from clu import metrics
 from flax import nnx
 from jax.sharding import NamedSharding
@@ -65,7 +69,8 @@ from jax.sharding import PartitionSpec as P
 import attention_lab.models.sagan  # noqa: F401  (registers the SAGAN models)
 from attention_lab import models
 from attention_lab.data import gan as gan_data
-from attention_lab.evaluation import fid as fid_lib
+from attention_lab.data import pipeline
+from attention_lab.evaluation import generative
 from attention_lab.train import optim, upstream
 from attention_lab.train.tasks import base
 
@@ -78,11 +83,6 @@ class GanMetrics(metrics.Collection):
   g_loss: metrics.Average.from_output("g_loss")
   d_real: metrics.Average.from_output("d_real")
   d_fake: metrics.Average.from_output("d_fake")
-
-
-def to_uint8(images) -> np.ndarray:
-  """Images in [−1, 1] → uint8 in [0, 255] (as a PNG of the sample would hold them)."""
-  return np.clip(np.round((np.asarray(images, np.float32) + 1.0) * 127.5), 0, 255).astype(np.uint8)
 
 
 def ema_update(ema, params, decay):
@@ -142,9 +142,10 @@ class GAN(base.Task):
               context_side=m.get("context_side") or None, rngs=rngs)
     if which == "generator":
       return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim,
-                           class_embedding=m.get("class_embedding", 0), **kw)
+                           class_embedding=m.get("class_embedding", 0),
+                           hierarchical_z=m.get("hierarchical_z", False), **kw)
     return models.create("sagan_discriminator", attention=m.get("d_attention") or m.attention,
-                         **kw)
+                         minibatch_std=m.get("minibatch_std", 0), **kw)
 
   def init_state(self):
     g = self.generator.init()
@@ -237,19 +238,14 @@ class GAN(base.Task):
     labels = jnp.asarray(np.resize(np.asarray(labels, np.int32), n))
     return np.asarray(self._generate(state["generator"], state["ema"], key, labels))
 
-  def _eval_labels(self, n):
-    return np.arange(n) % max(self.num_classes, 1)
-
   def samples(self, state, n: int, *, seed_offset: int = 0):
     """(uint8 images (n, S, S, 3), labels (n,)) from the fixed evaluation key, in chunks of
     `eval.batch_size`."""
-    batch = self.config.eval.batch_size
-    base_key = jax.random.key(self.config.eval.seed + seed_offset)
-    labels = self._eval_labels(n)
-    chunks = [to_uint8(self.generate(state, jax.random.fold_in(base_key, i),
-                                     labels[i * batch:(i + 1) * batch], min(batch, n - i * batch)))
-              for i in range(-(-n // batch))]
-    return np.concatenate(chunks), labels
+    labels = generative.balanced_labels(n, self.num_classes)
+    key = jax.random.key(self.config.eval.seed + seed_offset)
+    images = generative.sample(lambda k, y: self.generate(state, k, y, len(y)), key, labels,
+                               self.config.eval.batch_size)
+    return images, labels
 
   def image_summaries(self, state):
     """A fixed-noise grid: one image per class (first `eval.grid_classes`), each a column of
@@ -258,109 +254,57 @@ class GAN(base.Task):
     if self.conditional:
       cols = min(cols, self.num_classes)
     labels = np.tile(np.arange(cols), rows)
-    images = to_uint8(self.generate(state, jax.random.key(self.config.eval.seed + 1), labels,
-                                    rows * cols))
-    s = images.shape[1]
-    grid = images.reshape(rows, cols, s, s, 3).transpose(1, 0, 2, 3, 4).reshape(cols, rows * s,
-                                                                                 s, 3)
-    return {"samples": grid}
+    images = generative.to_uint8(self.generate(state, jax.random.key(self.config.eval.seed + 1),
+                                               labels, rows * cols))
+    return {"samples": generative.grid(images, rows, cols)}
 
-  # ---------------------------------------------------------------- features
+  # ---------------------------------------------------------------- evaluation
   def feature_extractor(self):
     """(key, fn): fn maps uint8 images (n, S, S, 3) → (features (n, d), logits (n, k))."""
     if self._extractor is None:
-      kind = self.config.eval.features
-      self._extractor = (_inception_extractor(self.config.eval) if kind == "inception"
-                         else _digits_extractor(self.config.eval, self.env.workdir))
+      ev = self.config.eval
+      if ev.features == "inception":
+        self._extractor = generative.inception_extractor(ev.inception_path)
+      else:
+        model, config = upstream.digits_classifier(ev, self.env.workdir)
+        (mean,), (std,) = pipeline.normalization("digits")
+        self._extractor = generative.classifier_extractor(
+            model, image_size=config.dataset.image_size, mean=mean, std=std,
+            key=f"digits-{config.model.attention}")
     return self._extractor
 
-  def _features(self, images):
-    _, fn = self.feature_extractor()
-    batch = self.config.eval.batch_size
-    out = [fn(images[i:i + batch]) for i in range(0, len(images), batch)]
-    return np.concatenate([f for f, _ in out]), np.concatenate([l for _, l in out])
-
-  def real_features(self):
-    """(mu, sigma, features (≤ eval.num_kid_real, d)) of the real side, cached on disk."""
-    if self._real is not None:
-      return self._real
-    ev, ds = self.config.eval, self.config.dataset
-    key, _ = self.feature_extractor()
-    source = ds.name if not ds.get("image_dir") else (
-        "celeb_a-dir-" + hashlib.sha1(os.path.abspath(ds.image_dir).encode()).hexdigest()[:8])
-    path = os.path.join(_stats_dir(self.config),
-                        f"{source}_{ev.real_split}_{ds.image_size}px_{ev.num_real}_{key}.npz")
-    if os.path.exists(path):
-      with np.load(path) as f:
-        self._real = (f["mu"], f["sigma"], f["features"])
-      return self._real
-    feats = []
-    for batch in gan_data.real_images(self.config, ev.real_split, limit=ev.num_real,
-                                      batch_size=ev.batch_size):
-      feats.append(self._features(to_uint8(batch["image"]))[0])
-    feats = np.concatenate(feats)
-    mu, sigma = fid_lib.feature_statistics(feats)
-    kid_feats = feats[:ev.num_kid_real].astype(np.float32)
-    if jax.process_index() == 0:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      tmp = path + f".tmp{os.getpid()}.npz"
-      np.savez(tmp, mu=mu, sigma=sigma, features=kid_feats)
-      os.replace(tmp, path)
-      logging.info("Real %s statistics (%d images) cached in %s", source, len(feats), path)
-    self._real = (mu, sigma, kid_feats)
+  def real_statistics(self) -> generative.RealStatistics:
+    """The real side's statistics (evaluation/generative.py), cached on disk."""
+    if self._real is None:
+      ev, ds = self.config.eval, self.config.dataset
+      key, fn = self.feature_extractor()
+      source = ds.name if not ds.get("image_dir") else (
+          "celeb_a-dir-" + hashlib.sha1(os.path.abspath(ds.image_dir).encode()).hexdigest()[:8])
+      path = os.path.join(_stats_dir(self.config),
+                          f"{source}_{ev.real_split}_{ds.image_size}px_{ev.num_real}_{key}.npz")
+      batches = gan_data.real_images(self.config, ev.real_split, limit=ev.num_real,
+                                     batch_size=ev.batch_size)
+      self._real = generative.real_statistics(
+          path, batches, lambda images: generative.extract(fn, images, ev.batch_size)[0],
+          num_kept=ev.num_kid_real, num_classes=self.num_classes)
     return self._real
 
   def evaluate(self, state):
-    """FID / IS / KID (and conditional accuracy with the digits classifier) of
-    `eval.num_samples` generated images; appended to <workdir>/fid_history.json."""
+    """FID / IS / KID / precision / recall (class diversity when conditional, conditional
+    accuracy with the digits classifier) of `eval.num_samples` generated images; appended
+    to <workdir>/fid_history.json."""
     ev = self.config.eval
     if ev.features == "none":
       return {}
     images, labels = self.samples(state, ev.num_samples)
-    feats, logits = self._features(images)
-    mu, sigma, real_feats = self.real_features()
-    probs = np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1), np.float64)
-    result = {
-        "eval_fid": fid_lib.frechet_distance(*fid_lib.feature_statistics(feats), mu, sigma),
-        "eval_is": fid_lib.inception_score(probs, splits=min(10, len(probs)))[0],
-        "eval_kid": fid_lib.kernel_inception_distance(
-            feats, real_feats, num_subsets=ev.kid_subsets, subset_size=ev.kid_subset_size)[0],
-    }
-    if ev.features == "digits" and self.conditional:
-      result["eval_conditional_accuracy"] = float(np.mean(np.argmax(logits, -1) == labels))
-    self._record(int(state["step"]), result)
+    feats, logits = generative.extract(self.feature_extractor()[1], images, ev.batch_size)
+    result = generative.scores(
+        feats, logits, labels, images, self.real_statistics(), conditional=self.conditional,
+        classifier_classes=ev.features == "digits" and self.conditional,
+        kid_subsets=ev.kid_subsets, kid_subset_size=ev.kid_subset_size,
+        num_classes=self.num_classes)
+    generative.record_history(self.env.workdir, int(state["step"]), result)
     return result
-
-  def _record(self, step, result):
-    if jax.process_index() > 0:
-      return
-    path = os.path.join(self.env.workdir, "fid_history.json")
-    history = []
-    if os.path.exists(path):
-      with open(path) as f:
-        history = [h for h in json.load(f) if h["step"] != step]
-    history = sorted(history + [{"step": step, **result}], key=lambda h: h["step"])
-    with open(path, "w") as f:
-      json.dump(history, f, indent=1)
-    plot_history({"": history}, os.path.join(self.env.workdir, "fid_history.png"))
-
-
-def plot_history(histories: dict[str, list[dict]], path: str, key: str = "eval_fid") -> None:
-  """Line plot of `key` over training steps, one line per named history."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(5, 3.2))
-  for name, history in histories.items():
-    ax.plot([h["step"] for h in history], [h[key] for h in history], marker="o", label=name or None)
-  ax.set_xlabel("step")
-  ax.set_ylabel(key.removeprefix("eval_").upper() + " (lower is better)")
-  ax.set_yscale("log")
-  if any(histories):
-    ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 def _stats_dir(config) -> str:
@@ -369,59 +313,6 @@ def _stats_dir(config) -> str:
   data_dir = config.dataset.data_dir or os.environ.get(
       "TFDS_DATA_DIR", os.path.join(os.path.expanduser("~"), "tensorflow_datasets"))
   return os.path.join(data_dir, "gan_statistics")
-
-
-def _inception_extractor(ev):
-  from attention_lab.checkpoints import torch_reader  # pylint: disable=g-import-not-at-top
-  from attention_lab.evaluation import inception  # pylint: disable=g-import-not-at-top
-  if not ev.inception_path or not os.path.isfile(ev.inception_path):
-    raise ValueError(f"eval.inception_path must name pytorch-fid's weights file "
-                     f"pt_inception-2015-12-05-6726825d.pth, got {ev.inception_path!r}")
-  params = inception.prepare(torch_reader.load_torch_state_dict(ev.inception_path))
-
-  @jax.jit
-  def fn(params, images):
-    feats = inception.pool_features(params, images.astype(jnp.float32))
-    return feats, feats @ params["fc"]["kernel"] + params["fc"]["bias"]
-
-  key = "inception-" + os.path.basename(ev.inception_path).split(".")[0]
-  return key, lambda images: tuple(np.asarray(a) for a in fn(params, images))
-
-
-def digits_classifier(ev, workdir: str):
-  """The trained classifier (evaluation mode) and its config: restored from
-  `ev.classifier_workdir` ("" = <workdir>/digits_classifier), trained there first when its
-  run is not finished."""
-  config = upstream.load_config_file(ev.classifier_config, "eval.classifier_config")
-  if config.get("task", "classification") != "classification" or config.dataset.name != "digits":
-    raise ValueError(f"eval.classifier_config must be a digits classification config, got "
-                     f"{ev.classifier_config!r}")
-  cls_workdir = ev.classifier_workdir or os.path.join(workdir, "digits_classifier")
-  trainer = upstream.trained(config, cls_workdir)
-  return trainer.task.model(trainer.state), config
-
-
-def _digits_extractor(ev, workdir):
-  from attention_lab.data import pipeline  # pylint: disable=g-import-not-at-top
-  model, config = digits_classifier(ev, workdir)
-  graphdef, state = nnx.split(model)
-  (mean,), (std,) = pipeline._STATS["digits"]  # pylint: disable=protected-access
-  size = config.dataset.image_size
-
-  @jax.jit
-  def fn(state, images):
-    m = nnx.merge(graphdef, state)
-    grey = images.astype(jnp.float32).mean(-1, keepdims=True)
-    if grey.shape[1] != size:
-      grey = jax.image.resize(grey, (grey.shape[0], size, size, 1), "linear")
-    feats = m.features((grey / 255.0 - mean) / std)
-    return feats, m.head(feats).astype(jnp.float32)
-
-  digest = hashlib.sha1()
-  for leaf in jax.tree.leaves(nnx.state(model, nnx.Param)):
-    digest.update(np.asarray(leaf).tobytes())
-  key = f"digits-{config.model.attention}-{digest.hexdigest()[:10]}"
-  return key, lambda images: tuple(np.asarray(a) for a in fn(state, images))
 
 
 TASK = GAN
