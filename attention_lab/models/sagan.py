@@ -40,7 +40,10 @@ init; or, with `class_embedding` = E > 0, BigGAN's form: 1 + W_g·e(y) and W_b·
 from one (classes, E) embedding shared by all of G's norms, W zero at init, so that
 the class signal is not capped by Adam's per-entry step) and D adds the projection
 ⟨embed(y), h⟩ (spectral-normalised embedding) to its logit; both then need `labels`
-(B,) ints. 0 or 1: unconditional, plain
+(B,) ints. `hierarchical_z` (BigGAN Sec. 3 / App. B): z is split into one chunk for the
+linear input and one per up-block; each block's norms take [e(y), z_i] instead of e(y),
+so the noise enters every resolution, not only the 4×4 input. `minibatch_std` = g > 0
+(ProGAN): D's last block also sees the standard deviation over groups of g images. 0 or 1: unconditional, plain
 batch norm, no projection, `labels` must be None. D always returns one
 real/fake logit per image, (B,) float32; G returns (B, R, R, 3) float32 in
 [-1, 1].
@@ -231,12 +234,31 @@ class DownBlock(nnx.Module):
     return (_down(skip) if self.down else skip) + y
 
 
+def minibatch_stddev(x, group: int):
+  """ProGAN's minibatch standard deviation (Karras et al. 2018, Sec. 3): x (B, H, W, C) →
+  (B, H, W, C + 1); the extra channel holds, for each group of `group` images (fewer when B
+  is smaller; B must be a multiple), the standard deviation over the group of each feature at
+  each position, averaged over features and positions. D thereby sees how much a batch
+  varies, so a G that ignores its noise is told apart from the data. Groups are consecutive
+  images (ProGAN strides them): D sees [real; fake] as one batch, and a group must not mix
+  the halves."""
+  b, h, w, c = x.shape
+  g = min(group, b)
+  if b % g:
+    raise ValueError(f"minibatch_std: batch {b} must be a multiple of the group size {g}")
+  y = x.astype(jnp.float32).reshape(b // g, g, h, w, c)
+  std = jnp.sqrt(jnp.var(y, axis=1) + 1e-8).mean(axis=(1, 2, 3))  # (B/g,)
+  feature = jnp.broadcast_to(jnp.repeat(std, g)[:, None, None, None], (b, h, w, 1))
+  return jnp.concatenate([x, feature.astype(x.dtype)], axis=-1)
+
+
 class SaganGenerator(nnx.Module):
   """z (B, latent_dim) [, labels (B,)] → images (B, R, R, 3) in [-1, 1]; see the module doc."""
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, latent_dim: int = 128, spectral_norm: bool = True, dtype=None,
-               context_side: int | None = None, class_embedding: int = 0, rngs: nnx.Rngs):
+               context_side: int | None = None, class_embedding: int = 0,
+               hierarchical_z: bool = False, rngs: nnx.Rngs):
     _check(attention, resolution, width, num_classes, context_side)
     context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     if latent_dim < 1:
@@ -244,16 +266,24 @@ class SaganGenerator(nnx.Module):
     if class_embedding < 0:
       raise ValueError(f"class_embedding must be >= 0, got {class_embedding}")
     embedding = class_embedding if num_classes >= 2 else 0
+    chunks = len(G_BLOCKS[resolution]) + 1
+    if hierarchical_z and (not embedding or latent_dim % chunks):
+      raise ValueError(f"hierarchical_z needs a class-conditional G with class_embedding > 0 "
+                       f"and latent_dim divisible by {chunks} (blocks + 1) at resolution "
+                       f"{resolution}, got num_classes={num_classes}, class_embedding="
+                       f"{class_embedding}, latent_dim={latent_dim}")
+    self.z_chunk = latent_dim // chunks if hierarchical_z else 0
     self.class_embed = (nnx.Embed(num_classes, embedding, dtype=dtype, rngs=rngs)
                         if embedding else None)
     self.num_classes, self.latent_dim, self.width = num_classes, latent_dim, width
     cin = G_START[resolution] * width
     self.linear = maybe_spectral_norm(
-        nnx.Linear(latent_dim, 16 * cin, kernel_init=xavier, dtype=dtype, rngs=rngs),
+        nnx.Linear(self.z_chunk or latent_dim, 16 * cin, kernel_init=xavier, dtype=dtype,
+                   rngs=rngs),
         spectral_norm, rngs)
     blocks, side = [], 4
     for mult in G_BLOCKS[resolution]:
-      blocks.append(UpBlock(cin, mult * width, num_classes, embedding=embedding,
+      blocks.append(UpBlock(cin, mult * width, num_classes, embedding=embedding + self.z_chunk,
                             spectral_norm=spectral_norm, dtype=dtype, rngs=rngs))
       cin, side = mult * width, 2 * side
       if side == context_side:
@@ -268,10 +298,15 @@ class SaganGenerator(nnx.Module):
     if z.ndim != 2 or z.shape[1] != self.latent_dim:
       raise ValueError(f"z must have shape (batch, {self.latent_dim}), got {z.shape}")
     _check_labels(labels, self.num_classes, z.shape[0])
-    x = self.linear(z).reshape(z.shape[0], 4, 4, -1)
     cond = labels if self.class_embed is None else self.class_embed(labels)
+    if self.z_chunk:  # BigGAN: z[0] to the linear, z[i] with the class into block i's norms
+      zs = jnp.split(z, self.latent_dim // self.z_chunk, axis=-1)
+      z, conds = zs[0], [jnp.concatenate([cond, zi.astype(cond.dtype)], -1) for zi in zs[1:]]
+    else:
+      conds = [cond] * len(self.blocks)
+    x = self.linear(z).reshape(z.shape[0], 4, 4, -1)
     for i, block in enumerate(self.blocks):
-      x = block(x, cond)
+      x = block(x, conds[i])
       if i == self.context_after and self.context is not None:
         x = self.context(x)
     x = self.out(nnx.relu(self.norm(x)))
@@ -283,13 +318,17 @@ class SaganDiscriminator(nnx.Module):
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, spectral_norm: bool = True, dtype=None,
-               context_side: int | None = None, rngs: nnx.Rngs):
+               context_side: int | None = None, minibatch_std: int = 0, rngs: nnx.Rngs):
     _check(attention, resolution, width, num_classes, context_side)
     context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
-    self.num_classes, self.resolution = num_classes, resolution
+    if minibatch_std < 0 or minibatch_std == 1:
+      raise ValueError(f"minibatch_std must be 0 (off) or a group size >= 2, got {minibatch_std}")
+    self.num_classes, self.resolution, self.minibatch_std = num_classes, resolution, minibatch_std
     blocks, cin, side = [], 3, resolution
+    last = len(D_BLOCKS[resolution]) - 1
     for i, (mult, down) in enumerate(D_BLOCKS[resolution]):
-      blocks.append(DownBlock(cin, mult * width, down=down, optimized=i == 0,
+      extra = 1 if minibatch_std and i == last else 0
+      blocks.append(DownBlock(cin + extra, mult * width, down=down, optimized=i == 0,
                               spectral_norm=spectral_norm, dtype=dtype, rngs=rngs))
       cin, side = mult * width, side // 2 if down else side
       if side == context_side and down:
@@ -309,6 +348,8 @@ class SaganDiscriminator(nnx.Module):
       raise ValueError(f"x must have shape (batch, {r}, {r}, 3), got {x.shape}")
     _check_labels(labels, self.num_classes, x.shape[0])
     for i, block in enumerate(self.blocks):
+      if self.minibatch_std and i == len(self.blocks) - 1:
+        x = minibatch_stddev(x, self.minibatch_std)
       x = block(x)
       if i == self.context_after and self.context is not None:
         x = self.context(x)
@@ -322,11 +363,12 @@ class SaganDiscriminator(nnx.Module):
 @register("sagan_generator")
 def sagan_generator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganGenerator:
   """SAGAN G; overrides: resolution, attention, width, latent_dim, spectral_norm, dtype,
-  context_side."""
+  context_side, class_embedding, hierarchical_z."""
   return SaganGenerator(num_classes=num_classes, rngs=rngs, **overrides)
 
 
 @register("sagan_discriminator")
 def sagan_discriminator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganDiscriminator:
-  """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype, context_side."""
+  """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype, context_side,
+  minibatch_std."""
   return SaganDiscriminator(num_classes=num_classes, rngs=rngs, **overrides)

@@ -60,6 +60,8 @@ def base() -> ml_collections.ConfigDict:
   config.model.spectral_norm = True
   config.model.context_side = 0  # 0: 32 (16 at resolution 32)
   config.model.class_embedding = 0  # 0: per-class BN table in G (SAGAN); E > 0: BigGAN
+  config.model.hierarchical_z = False  # True: z split across G's blocks (BigGAN)
+  config.model.minibatch_std = 0  # g > 0: D sees the std over groups of g images (ProGAN)
   config.model.dtype = "float32"
 
   config.batch_size = 256

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention_lab.models import sagan
 from attention_lab.train import tasks
 from attention_lab.train.tasks import base
 from attention_lab.train.tasks import gan
@@ -150,7 +151,8 @@ def test_tiny_default_through_main(tmp_path):
        f"--workdir={workdir}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   final = out.stdout.strip().splitlines()[-1]
-  for name in ("eval_fid", "eval_is", "eval_kid", "eval_conditional_accuracy", "train_d_loss"):
+  for name in ("eval_fid", "eval_is", "eval_kid", "eval_conditional_accuracy", "train_d_loss",
+               "eval_precision", "eval_recall", "eval_class_recall", "eval_class_diversity"):
     assert name in final, final
   history = json.loads((workdir / "fid_history.json").read_text())
   assert [h["step"] for h in history] == [2] and history[0]["eval_fid"] >= 0
@@ -165,3 +167,39 @@ def test_batch_spec_without_data_is_the_first_batch(tmp_path, d_steps):
   config = tiny(tmp_path, d_steps=d_steps)
   task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path), 4))
   assert task.batch_spec() == base.Task.batch_spec(task)
+
+
+def test_minibatch_stddev_matches_a_loop_and_keeps_groups_apart():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8, 3, 2, 5)).astype(np.float32)
+  x[4:] *= 3  # the second half (a "fake" half) varies more
+  out = np.asarray(sagan.minibatch_stddev(jnp.asarray(x), 4))
+  np.testing.assert_array_equal(out[..., :5], x)
+  for g in range(2):
+    members = x[4 * g:4 * g + 4].astype(np.float64)
+    expected = np.mean([np.sqrt(np.var(members[:, i, j, c]) + 1e-8)
+                        for i in range(3) for j in range(2) for c in range(5)])
+    np.testing.assert_allclose(out[4 * g:4 * g + 4, ..., 5], expected, rtol=1e-5)
+  with pytest.raises(ValueError, match="multiple"):
+    sagan.minibatch_stddev(jnp.zeros((6, 2, 2, 1)), 4)
+
+
+def test_hierarchical_z_reaches_every_block():
+  """With hierarchical z, block i's norms read z's chunk i + 1: once their maps are non-zero,
+  changing only that chunk changes the image; the option needs the shared class embedding."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  g = sagan.SaganGenerator(num_classes=10, resolution=32, width=1, latent_dim=8,
+                           class_embedding=4, hierarchical_z=True, attention="none",
+                           rngs=nnx.Rngs(0))
+  for block in g.blocks:
+    for norm in (block.norm1, block.norm2):
+      norm.gain.kernel[...] = jax.random.normal(jax.random.key(1), norm.gain.kernel.shape)
+  g.eval()
+  z, y = jax.random.normal(jax.random.key(2), (2, 8)), jnp.array([3, 3])
+  base_image = g(z, y)
+  for chunk in range(4):
+    moved = z.at[:, 2 * chunk:2 * chunk + 2].add(1.0)
+    assert float(jnp.abs(g(moved, y) - base_image).max()) > 1e-4, chunk
+  with pytest.raises(ValueError, match="hierarchical_z"):
+    sagan.SaganGenerator(num_classes=10, resolution=32, width=1, latent_dim=9,
+                         class_embedding=4, hierarchical_z=True, rngs=nnx.Rngs(0))
