@@ -440,12 +440,14 @@ class Trainer:
                                     perf.console(config.batch_size, rate, speed_scalars)))
             train_metrics = None
           if is_eval:
+            evaluated_at = time.monotonic()
             with PREEMPTION.interruptible(single):
               evaluation = self.evaluate()
               writer.write_scalars(step, evaluation)
               self.say(self._eval_line(step, evaluation))
               self._write_images(writer, step)
               summary.update(evaluation)
+            log_time += time.monotonic() - evaluated_at  # speed: the train steps' alone
           stop, early = self._agree(PREEMPTION.requested,
                                     not saved and time.monotonic() >= early_at)
           if stop or early or step % config.checkpoint_every_steps == 0 or step == last:
