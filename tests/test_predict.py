@@ -116,7 +116,7 @@ def test_segmentation_pngs_at_original_size(segmentation_workdir, tmp_path):
 def detection_workdir(tmp_path_factory):
   from configs.detection import default
   config = default.get_config("tiny")
-  config.inference.score_threshold = 0.0  # an untrained net still gives boxes
+  config.eval.score_threshold = 0.0  # an untrained net still gives boxes
   workdir = str(tmp_path_factory.mktemp("det"))
   checkpointed(config, workdir)
   return config, workdir
@@ -187,7 +187,8 @@ def test_restoration_tiffs(tmp_path):
   config = default.get_config("tiny")
   workdir = str(tmp_path / "res")
   trainer = checkpointed(config, workdir)
-  line = predict.run(config, workdir, str(tmp_path / "out"))
+  line = predict.run(config, workdir, str(tmp_path / "out"), split="test[:1]")
+  config.dataset.eval_split = "test[:1]"  # one whole photo: tile by tile, in many windows
   examples = list(res_data.eval_examples(config))
   assert f"wrote {len(examples)} restored TIFFs" in line
   image, target, name = examples[0]

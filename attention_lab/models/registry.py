@@ -11,7 +11,9 @@ _REGISTRY: dict[str, Callable[..., nnx.Module]] = {}
 
 
 def register(name: str):
-  """Decorator registering a model constructor `fn(*, num_classes, rngs, **kw)`."""
+  """Decorator registering a model constructor `fn(*, rngs, **kw)` (classifiers, detectors
+  and segmenters take `num_classes`; a restoration net's output defaults to its input's
+  channels)."""
 
   def wrap(fn):
     if name in _REGISTRY:
@@ -27,8 +29,9 @@ def names() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def create(name: str, *, num_classes: int, rngs: nnx.Rngs, **overrides) -> nnx.Module:
-  """Builds the model registered as `name`; `overrides` go to its constructor."""
+def create(name: str, *, rngs: nnx.Rngs, **overrides) -> nnx.Module:
+  """Builds the model registered as `name`; `overrides` (e.g. `num_classes`) go to its
+  constructor."""
   if name not in _REGISTRY:
     raise ValueError(f"unknown model name {name!r}; expected one of {names()}")
-  return _REGISTRY[name](num_classes=num_classes, rngs=rngs, **overrides)
+  return _REGISTRY[name](rngs=rngs, **overrides)

@@ -10,7 +10,8 @@ levels, so there are depth − 1 poolings (CARE's n_depth = 2 for depth 3).
   before the first upsampling; f at depth 1).
 - Decoder level n: nearest-neighbour 2× upsampling, concatenation with the
   skip, convs to f·2ⁿ and f·2^max(0, n−1) maps.
-- Output: a linear 1×1 conv with bias to `num_classes` channels, plus the
+- Output: a linear 1×1 conv with bias to `num_classes` channels (default: the
+  input's), plus the
   input when `residual` (CARE's default: residual learning whenever the input
   and output channel counts agree).
 No batch norm, no dropout (CARE defaults); kernel 3 in 2D and 3D (Ronneberger
@@ -93,7 +94,7 @@ class UNet(nnx.Module):
   """U-Net over (B, *S, C) with len(S) = `spatial_rank` (see the module docstring).
 
   Args:
-    num_classes: output channels.
+    num_classes: output channels; None: `in_channels`.
     spatial_rank: 2 or 3.
     attention: "none", "softmax" (U-Net+Attn) or "siamese" (U-Net+SAO).
     features: f, the width of the first level (CARE: 32).
@@ -106,7 +107,7 @@ class UNet(nnx.Module):
     dtype: compute dtype (the output is float32).
   """
 
-  def __init__(self, *, num_classes: int, spatial_rank: int, attention: str = "none",
+  def __init__(self, *, num_classes: int | None = None, spatial_rank: int, attention: str = "none",
                features: int = 32, depth: int = 3, in_channels: int = 1, heads: int = 4,
                kernel_size: int = 3, residual: bool | None = None,
                attention_kwargs: dict | None = None, dtype=None, rngs: nnx.Rngs):
@@ -120,6 +121,8 @@ class UNet(nnx.Module):
       raise ValueError(f"features must be a positive int, got {features}")
     if kernel_size < 1 or kernel_size % 2 == 0:
       raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size}")
+    if num_classes is None:
+      num_classes = in_channels
     if residual is None:
       residual = num_classes == in_channels
     elif residual and num_classes != in_channels:
@@ -173,7 +176,7 @@ class ProjectionUNet(nnx.Module):
   """(B, Z, Y, X, C) stack → (B, Y, X, num_classes): CARE surface projection, then a 2D U-Net.
 
   Args:
-    num_classes: output channels.
+    num_classes: output channels; None: `in_channels`.
     in_channels: input channels (C).
     proj_depth, proj_features, proj_kernel: the projection network's poolings,
       conv width and kernel side (CARE defaults 4, 8, 3).
@@ -182,7 +185,7 @@ class ProjectionUNet(nnx.Module):
   softmax over Z is O(Z·Y·X); the 2D U-Net sees one Y×X image.
   """
 
-  def __init__(self, *, num_classes: int, in_channels: int = 1, proj_depth: int = 4,
+  def __init__(self, *, num_classes: int | None = None, in_channels: int = 1, proj_depth: int = 4,
                proj_features: int = 8, proj_kernel: int = 3, dtype=None, rngs: nnx.Rngs,
                **unet_kwargs):
     if proj_depth < 0:
@@ -220,15 +223,15 @@ class ProjectionUNet(nnx.Module):
 
 
 @register("unet_projection")
-def unet_projection(*, num_classes, rngs, **overrides):
-  return ProjectionUNet(num_classes=num_classes, rngs=rngs, **overrides)
+def unet_projection(*, rngs, **overrides):
+  return ProjectionUNet(rngs=rngs, **overrides)
 
 
 @register("unet2d")
-def unet2d(*, num_classes, rngs, **overrides):
-  return UNet(num_classes=num_classes, spatial_rank=2, rngs=rngs, **overrides)
+def unet2d(*, rngs, **overrides):
+  return UNet(spatial_rank=2, rngs=rngs, **overrides)
 
 
 @register("unet3d")
-def unet3d(*, num_classes, rngs, **overrides):
-  return UNet(num_classes=num_classes, spatial_rank=3, rngs=rngs, **overrides)
+def unet3d(*, rngs, **overrides):
+  return UNet(spatial_rank=3, rngs=rngs, **overrides)

@@ -1,6 +1,5 @@
 """Box operators for one-stage detectors (RetinaNet, Lin et al. 2017): anchors, IoU,
-the box coder, anchor matching, focal and smooth-L1 losses, batched NMS, and the
-RetinaNet post-processing. Pure JAX (anchors in numpy: they are static).
+the box coder, anchor matching, batched NMS, and the RetinaNet post-processing. Pure JAX (anchors in numpy: they are static).
 
 Boxes are (ymin, xmin, ymax, xmax) in pixels of the network input, edges
 continuous (a box covering pixel rows r0..r1 is [r0, r1 + 1)), as TFDS's
@@ -109,27 +108,6 @@ def match(anchor_boxes, gt_boxes, gt_mask, *, positive_iou: float = 0.5,
     index = jnp.where(jnp.any(is_best, axis=1),
                       jnp.argmax(jnp.where(is_best, iou, -1.0), axis=1).astype(jnp.int32), index)
   return index, label.astype(jnp.int32)
-
-
-def sigmoid_focal_loss(logits, targets, *, alpha: float = 0.25, gamma: float = 2.0):
-  """Elementwise focal loss (Eq. 5): FL = −α_t (1 − p_t)^γ log p_t with p = σ(logits),
-  p_t = p if target else 1 − p, α_t = α if target else 1 − α. Stable for large |logits|:
-  log p_t is computed as −softplus(∓logits)."""
-  logits = logits.astype(jnp.float32)
-  targets = targets.astype(jnp.float32)
-  ce = jnp.logaddexp(0.0, logits) - logits * targets  # −log p_t
-  p = jax.nn.sigmoid(logits)
-  p_t = p * targets + (1 - p) * (1 - targets)
-  alpha_t = alpha * targets + (1 - alpha) * (1 - targets)
-  return alpha_t * (1 - p_t) ** gamma * ce
-
-
-def smooth_l1(x, *, beta: float = 1.0 / 9.0):
-  """Smooth-L1 (Huber / β): ½x²/β for |x| < β, |x| − ½β otherwise (Fast R-CNN)."""
-  ax = jnp.abs(x)
-  if beta <= 0:
-    return ax
-  return jnp.where(ax < beta, 0.5 * ax * ax / beta, ax - 0.5 * beta)
 
 
 def nms(boxes, scores, *, iou_threshold: float, valid=None):

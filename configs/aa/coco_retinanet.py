@@ -50,7 +50,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       name="retinanet", backbone="resnet50", width=1.0, features=256, head_convs=4,
       min_level=3, max_level=7, head_norm="batch", p6_input="p5", dtype="bfloat16"))
   config.anchors.anchor_scale = 4.0
-  config.inference.pre_nms_top_k = 1000
+  config.eval.pre_nms_top_k = 1000
 
   config.batch_size = 64
   config.num_epochs = 150
@@ -61,7 +61,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.log_every_steps = 100
   config.eval_every_steps = 20_000
   config.checkpoint_every_steps = 2_000
-  config.eval_max_batches = 0
+  config.eval.max_batches = 0
   if preset == "cpu":
     config.dataset.name = "digit_scenes"
     config.dataset.train_split, config.dataset.eval_split = "train", "test"
@@ -79,7 +79,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.optimizer.decay_epochs = (0.13, 0.145)  # Of 0.16 epochs: the same shape, shrunk.
     config.log_every_steps = 10
     config.eval_every_steps = config.checkpoint_every_steps = 40
-    config.eval_max_batches = 4
+    config.eval.max_batches = 4
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/aa/coco_retinanet.py; expected "
                      f"'cpu'")

@@ -76,11 +76,12 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.loss.positive_iou = 0.5
   config.loss.negative_iou = 0.4
 
-  config.inference = ml_collections.ConfigDict()
-  config.inference.pre_nms_top_k = 100  # Per level; scenes hold ≤ 4 digits (COCO: 1000).
-  config.inference.score_threshold = 0.05
-  config.inference.iou_threshold = 0.5
-  config.inference.max_detections = 100
+  config.eval = ml_collections.ConfigDict()
+  config.eval.pre_nms_top_k = 100  # Per level; scenes hold ≤ 4 digits (COCO: 1000).
+  config.eval.score_threshold = 0.05
+  config.eval.iou_threshold = 0.5
+  config.eval.max_detections = 100
+  config.eval.max_batches = 0  # 0: the whole eval split.
 
   config.batch_size = 32
   config.num_epochs = 12
@@ -103,7 +104,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 2
   presets.run_options(config)
-  config.eval_max_batches = 0  # 0: the whole eval split.
   config.num_summary_images = 4
 
   if preset == "cpu":
@@ -111,7 +111,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.num_train_steps = 150
     config.log_every_steps = 25
     config.eval_every_steps = config.checkpoint_every_steps = 150
-    config.eval_max_batches = 8
+    config.eval.max_batches = 8
   elif preset == "tiny":
     config.dataset.image_size = 32
     config.dataset.shuffle_buffer = 16
@@ -123,7 +123,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.batch_size = 8
     config.num_train_steps = 2
     config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
-    config.eval_max_batches = 1
+    config.eval.max_batches = 1
     config.num_summary_images = 2
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/detection/default.py; expected "

@@ -18,7 +18,7 @@ Evaluation: every test photo predicted whole, in 48×48 tiles with 8 pixels
 of overlap (attention within each tile, as in training); PSNR / SSIM / NRMSE
 with the "plain" protocol (the clean photo is known in [0, 1], data_range 1,
 NRMSE = RMSE) for the prediction and for the noisy input. Set
---config.evaluation.protocol=care for the CARE protocol (percentile-normalised
+--config.eval.protocol=care for the CARE protocol (percentile-normalised
 target, min-MSE affine rescaling of the prediction) of the SAO configs.
 
 Expected (experiments/default_restoration.py, 2-core CPU): every attention
@@ -75,14 +75,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.optimizer.schedule = "cosine"
   config.optimizer.warmup_epochs = 0.0
 
-  config.evaluation = ml_collections.ConfigDict()
-  config.evaluation.protocol = "plain"
-  config.evaluation.data_range = 1.0
-  config.evaluation.percentiles = (0.1, 99.9)
-  config.evaluation.tile_size = (48, 48)
-  config.evaluation.tile_overlap = (8, 8)
-  config.evaluation.max_examples = 0  # 0: every eval image
-  config.evaluation.crop_size = ()  # (): whole images; else a centre crop (quick checks)
+  config.eval = ml_collections.ConfigDict()
+  config.eval.protocol = "plain"
+  config.eval.data_range = 1.0
+  config.eval.percentiles = (0.1, 99.9)
+  config.eval.tile_size = (48, 48)
+  config.eval.tile_overlap = (8, 8)
+  config.eval.max_examples = 0  # 0: every eval image
+  config.eval.crop_size = ()  # (): whole images; else a centre crop (quick checks)
 
   config.mesh = ml_collections.ConfigDict()
   config.mesh.num_devices = -1  # All devices, data parallel.
@@ -95,7 +95,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   presets.run_options(config)
 
   if preset == "cpu":
-    config.evaluation.crop_size = (128, 128)
+    config.eval.crop_size = (128, 128)
     config.num_train_steps = 150
     config.log_every_steps = 25
     config.eval_every_steps = config.checkpoint_every_steps = 150
@@ -103,10 +103,10 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.features = 4
     config.batch_size = 8
     config.dataset.patch_size = (16, 16)
-    config.evaluation.tile_size = (64, 64)
-    config.evaluation.tile_overlap = (8, 8)
-    config.evaluation.max_examples = 1
-    config.evaluation.crop_size = (64, 64)
+    config.eval.tile_size = (64, 64)
+    config.eval.tile_overlap = (8, 8)
+    config.eval.max_examples = 1
+    config.eval.crop_size = (64, 64)
     config.num_train_steps = 2
     config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
   elif preset:

@@ -43,14 +43,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.model.name = "unet_projection"
   config.model.proj_depth = 4
   config.model.proj_features = 8
-  config.evaluation.tile_size = (50, 128, 128)
-  config.evaluation.tile_overlap = (0, 32, 32)
+  config.eval.tile_size = (50, 128, 128)
+  config.eval.tile_overlap = (0, 32, 32)
   if preset in ("cpu", "tiny"):
     config.dataset.name = "synthetic_volumes/projection"
     config.dataset.patch_size = (24, 32, 32)
-    config.evaluation.tile_size = (20, 48, 48)
-    config.evaluation.tile_overlap = (0, 16, 16)
-    config.evaluation.crop_size = (48, 48)
+    config.eval.tile_size = (20, 48, 48)
+    config.eval.tile_overlap = (0, 16, 16)
+    config.eval.crop_size = (48, 48)
     if preset == "tiny":
       config.dataset.patch_size = (24, 16, 16)
       config.model.proj_depth = 2

@@ -65,11 +65,11 @@ def get_config(preset: str | None = None, *, dataset: str = "care/planaria",
   config.optimizer.name = "adam"
   config.optimizer.learning_rate = 4e-4
   config.optimizer.schedule = "constant"
-  config.evaluation.protocol = "care"
-  config.evaluation.percentiles = (0.1, 99.9)
-  config.evaluation.tile_size = (32, 128, 128)
-  config.evaluation.tile_overlap = (8, 32, 32)
-  config.evaluation.max_examples = 0
+  config.eval.protocol = "care"
+  config.eval.percentiles = (0.1, 99.9)
+  config.eval.tile_size = (32, 128, 128)
+  config.eval.tile_overlap = (8, 32, 32)
+  config.eval.max_examples = 0
   config.log_every_steps = 100
   config.eval_every_steps = 20_000
   config.checkpoint_every_steps = 2_000
@@ -85,10 +85,10 @@ def get_config(preset: str | None = None, *, dataset: str = "care/planaria",
     config.batch_size = 8
     config.num_train_steps = 60
     config.optimizer.learning_rate = 1e-3
-    config.evaluation.tile_size = (8, 32, 32)
-    config.evaluation.tile_overlap = (0, 8, 8)
-    config.evaluation.max_examples = 1
-    config.evaluation.crop_size = (8, 48, 48)
+    config.eval.tile_size = (8, 32, 32)
+    config.eval.tile_overlap = (0, 8, 8)
+    config.eval.max_examples = 1
+    config.eval.crop_size = (8, 48, 48)
     config.log_every_steps = 10
     config.eval_every_steps = config.checkpoint_every_steps = 60
     if preset == "tiny":

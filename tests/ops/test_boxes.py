@@ -80,29 +80,6 @@ def test_match_thresholds_ignore_band_and_low_quality():
   np.testing.assert_array_equal(label, [1, 1, -1, 0, 0])
 
 
-def test_focal_loss_matches_naive_formula():
-  rng = np.random.default_rng(2)
-  logits = rng.normal(0, 3, (6, 5))
-  targets = (rng.uniform(size=(6, 5)) < 0.3).astype(np.float64)
-  got = boxes.sigmoid_focal_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(targets))
-  expected = np.zeros_like(logits)
-  for i, j in itertools.product(range(6), range(5)):
-    p = 1 / (1 + math.exp(-logits[i, j]))
-    if targets[i, j]:
-      expected[i, j] = -0.25 * (1 - p) ** 2 * math.log(p)
-    else:
-      expected[i, j] = -0.75 * p**2 * math.log(1 - p)
-  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
-  extreme = boxes.sigmoid_focal_loss(jnp.asarray([100.0, -100.0]), jnp.asarray([0.0, 1.0]))
-  np.testing.assert_allclose(extreme, [0.75 * 100, 0.25 * 100], rtol=1e-5)
-
-
-def test_smooth_l1():
-  x = np.linspace(-1, 1, 41)
-  expected = np.where(np.abs(x) < 0.2, 0.5 * x * x / 0.2, np.abs(x) - 0.1)
-  np.testing.assert_allclose(boxes.smooth_l1(jnp.asarray(x), beta=0.2), expected, atol=1e-6)
-
-
 def _naive_nms(b, classes, valid, threshold):
   keep = []
   for i in range(len(b)):

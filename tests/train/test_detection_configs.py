@@ -43,7 +43,7 @@ def test_coco_config_is_the_paper_setup():
   assert config.model.backbone == "resnet50" and config.model.features == 256
   assert (config.model.min_level, config.model.max_level) == (3, 7)
   assert (config.loss.alpha, config.loss.gamma) == (0.25, 2.0)
-  assert config.num_epochs == 150 and config.inference.max_detections == 100
+  assert config.num_epochs == 150 and config.eval.max_detections == 100
   with pytest.raises(ValueError, match="preset"):
     coco_retinanet.get_config("gpu")
   with pytest.raises(ValueError, match="preset"):

@@ -1,14 +1,19 @@
-"""Detection task pieces without training: the loss against a naive per-anchor sum, and
-init_from a classification checkpoint's backbone."""
+"""Detection task pieces without training: optax's focal loss and the smooth L1 from
+optax's Huber loss against naive float64 formulas, the loss against a naive per-anchor
+sum, and init_from a classification checkpoint's backbone."""
+
+import itertools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from attention_lab.ops import boxes as box_ops
 from attention_lab.train import tasks
-from attention_lab.train.tasks import base
+from attention_lab.train.tasks import base, detection
 from attention_lab.train.trainer import make_mesh
 from configs.detection import default
 
@@ -20,6 +25,32 @@ def task(tmp_path_factory, digit_scenes_dir):
   config.mesh.num_devices = 1
   env = tasks.Environment(make_mesh(config), str(tmp_path_factory.mktemp("w")), 2)
   return tasks.create(config, env)
+
+
+def test_focal_loss_matches_naive_formula():
+  rng = np.random.default_rng(2)
+  logits = rng.normal(0, 3, (6, 5))
+  targets = (rng.uniform(size=(6, 5)) < 0.3).astype(np.float64)
+  got = optax.sigmoid_focal_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(targets),
+                                 alpha=0.25, gamma=2.0)
+  expected = np.zeros_like(logits)
+  for i, j in itertools.product(range(6), range(5)):
+    p = 1 / (1 + math.exp(-logits[i, j]))
+    if targets[i, j]:
+      expected[i, j] = -0.25 * (1 - p) ** 2 * math.log(p)
+    else:
+      expected[i, j] = -0.75 * p**2 * math.log(1 - p)
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+  extreme = optax.sigmoid_focal_loss(jnp.asarray([100.0, -100.0]), jnp.asarray([0.0, 1.0]),
+                                     alpha=0.25, gamma=2.0)
+  np.testing.assert_allclose(extreme, [0.75 * 100, 0.25 * 100], rtol=1e-5)
+
+
+def test_smooth_l1():
+  x = np.linspace(-1, 1, 41)
+  expected = np.where(np.abs(x) < 0.2, 0.5 * x * x / 0.2, np.abs(x) - 0.1)
+  np.testing.assert_allclose(detection.smooth_l1(jnp.asarray(x), beta=0.2), expected, atol=1e-6)
+  np.testing.assert_allclose(detection.smooth_l1(jnp.asarray(x), beta=0.0), np.abs(x), atol=1e-6)
 
 
 def test_loss_is_the_naive_per_anchor_sum(task):

@@ -8,9 +8,8 @@ import jax
 import pytest
 from flax import nnx
 
-from attention_lab import models
 from attention_lab.train import tasks
-from attention_lab.train.tasks import base, restoration
+from attention_lab.train.tasks import base
 from attention_lab.train.trainer import Trainer, make_mesh
 from configs.restoration import default
 from configs.sanet import care_flywing, care_planaria, care_tribolium
@@ -31,7 +30,7 @@ def test_cpu_preset_trains_two_steps(tmp_path, tfds_dir, name):
   config.dataset.data_dir = tfds_dir
   config.num_train_steps = 2
   config.model.features = 4  # the preset's data, model and pipeline at test-sized cost
-  config.evaluation.max_examples = 1
+  config.eval.max_examples = 1
   summary = Trainer(config, str(tmp_path / "workdir")).run()
   for key in ("eval_psnr", "eval_input_psnr", "eval_ssim", "eval_nrmse"):
     assert summary[key] == summary[key], key  # finite, not NaN
@@ -45,9 +44,8 @@ def test_table7_columns_by_override(name):
   for attention in ("none", "softmax", "siamese"):  # U-Net, U-Net+Attn, U-Net+SAO
     config = CONFIGS[name].get_config()
     config.model.attention = attention
-    kwargs = restoration._model_kwargs(config.model)
-    model = nnx.eval_shape(lambda: models.create(  # pylint: disable=cell-var-from-loop
-        config.model.name, num_classes=1, in_channels=1, rngs=nnx.Rngs(0), **kwargs))
+    model = nnx.eval_shape(lambda: base.create_model(  # pylint: disable=cell-var-from-loop
+        config.model, in_channels=1, rngs=nnx.Rngs(0)))
     counts[attention] = sum(p.size for p in jax.tree.leaves(nnx.state(model, nnx.Param)))
   # attention adds q, k, v maps in the bottom and decoder blocks; SAO adds w on top
   assert counts["none"] < counts["softmax"] < counts["siamese"]
@@ -55,7 +53,7 @@ def test_table7_columns_by_override(name):
   if name != "default":
     assert (config.batch_size, config.optimizer.learning_rate) == (16, 4e-4)
     assert config.num_epochs == (100 if name == "flywing" else 200)
-    assert config.evaluation.protocol == "care"
+    assert config.eval.protocol == "care"
     assert config.dataset.patch_size == ((50, 64, 64) if name == "flywing" else (16, 64, 64))
 
 

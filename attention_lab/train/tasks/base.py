@@ -38,7 +38,9 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attention_lab import models
+from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import availability
+from attention_lab.train import optim, upstream
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 Batch = dict[str, np.ndarray]
@@ -91,11 +93,29 @@ class Task(abc.ABC):
   def evaluate(self, state) -> dict[str, float]:
     """Whole-set evaluation → {"eval_<name>": float}, the same on every process."""
 
+  # Shared by the tasks that train one network on a dataset with a known size.
+  def set_schedule(self, num_train_examples: int) -> optax.Schedule:
+    """Sets `steps_per_epoch`, `total_steps` (`config.num_train_steps`, or 0 for
+    `num_epochs` × steps per epoch) and `schedule` (`config.optimizer`); returns it."""
+    config = self.config
+    self.steps_per_epoch = max(1, num_train_examples // config.batch_size)
+    self.total_steps = config.get("num_train_steps") or int(
+        config.num_epochs * self.steps_per_epoch)
+    self.schedule = optim.make_schedule(
+        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    return self.schedule
+
   # Optional.
   def from_pretrained(self, state):
     """Called once on a fresh start (no checkpoint in the workdir), outside jit: returns
-    `state` with weights from elsewhere (e.g. `config.init_from`), in its shardings."""
-    return state
+    `state` with weights from elsewhere, in its shardings. Default: `config.init_from`
+    if set (a torchvision ResNet .pth, our classification checkpoint: workdir,
+    checkpoints dir or step dir, or a classification config trained first,
+    upstream.weights_path), whose backbone replaces the state's; else `state`."""
+    path = self.config.get("init_from", "")
+    if not path:
+      return state
+    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
   def image_summaries(self, state) -> dict[str, np.ndarray]:
     """Pictures to write at each evaluation: name → uint8 (N, H, W, 3) images."""
@@ -103,8 +123,10 @@ class Task(abc.ABC):
     return {}
 
   def learning_rates(self, step: int) -> dict[str, float]:
-    del step
-    return {}
+    """Scalars to log with the train metrics. Default: {"learning_rate"} of the step just
+    taken under `self.schedule` (set by `set_schedule`); {} without one."""
+    schedule = getattr(self, "schedule", None)
+    return {} if schedule is None else {"learning_rate": float(schedule(step - 1))}
 
   def batch_spec(self) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes and dtypes of one global train batch (`attention_lab.aot` compiles the
@@ -130,13 +152,18 @@ class Task(abc.ABC):
     return total
 
 
+def model_dtype(name: str):
+  """`model.dtype` by name ("float32", "bfloat16") → the jnp dtype."""
+  if name not in DTYPES:
+    raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {name!r}")
+  return DTYPES[name]
+
+
 def create_model(model_config, **kwargs) -> nnx.Module:
   """`models.create(config.model.name, **config.model fields, **kwargs)`, dtype by name."""
   overrides = {k: v for k, v in model_config.items() if k != "name"}
   if "dtype" in overrides:
-    if overrides["dtype"] not in DTYPES:
-      raise ValueError(f"model.dtype must be one of {sorted(DTYPES)}, got {overrides['dtype']!r}")
-    overrides["dtype"] = DTYPES[overrides["dtype"]]
+    overrides["dtype"] = model_dtype(overrides["dtype"])
   overrides.update(kwargs)
   return models.create(model_config.name, **overrides)
 

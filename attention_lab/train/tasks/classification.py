@@ -32,11 +32,7 @@ class Classification(base.Task):
     self.info = pipeline.dataset_info(config)
     self.num_classes = self.info.num_classes
     self.label_smoothing = config.get("label_smoothing", 0.0)
-    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
-        config.num_epochs * self.steps_per_epoch)
-    self.schedule = optim.make_schedule(
-        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    self.set_schedule(self.info.num_train_examples)
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)
@@ -85,9 +81,6 @@ class Classification(base.Task):
     return {"image": jax.ShapeDtypeStruct((self.config.batch_size, *self.info.image_shape),
                                           jnp.float32),
             "label": jax.ShapeDtypeStruct((self.config.batch_size,), jnp.int32)}
-
-  def learning_rates(self, step):
-    return {"learning_rate": float(self.schedule(step - 1))}
 
 
 TASK = Classification

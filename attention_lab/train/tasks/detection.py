@@ -11,8 +11,9 @@ anchor and class, plus `loss.box_weight` × smooth-L1 (β) of the encoded box
 deltas over positive anchors, both divided by the number of positive anchors
 in the global batch.
 
-Evaluation: `ops.boxes.postprocess` (per-level top-k, score threshold, per-class
-NMS, ≤ `inference.max_detections`), detections and ground truth gathered from
+Evaluation (`config.eval`): `ops.boxes.postprocess` (per-level top-k, score
+threshold, per-class NMS, ≤ `eval.max_detections`) on the first `eval.max_batches`
+batches of each process (0: all), detections and ground truth gathered from
 every process (`multihost_utils.process_allgather`), scored by pycocotools'
 COCOeval: eval_map (mAP@[.5:.95], the headline), eval_ap50, eval_ap75,
 eval_ap_small / medium / large (−1 where the split has no such objects).
@@ -22,6 +23,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from clu import metrics
 from jax.experimental import multihost_utils
 
@@ -29,7 +31,7 @@ from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import detection as data
 from attention_lab.evaluation import coco
 from attention_lab.ops import boxes as box_ops
-from attention_lab.train import optim, upstream
+from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
 _REPORTED = ("map", "ap50", "ap75", "ap_small", "ap_medium", "ap_large", "ar100")
@@ -61,11 +63,7 @@ class Detection(base.Task):
     per_location = box_ops.num_anchors_per_location(a.scales_per_octave, tuple(a.aspect_ratios))
     self.level_sizes = [(-(-size // 2 ** l)) ** 2 * per_location
                         for l in range(config.model.min_level, config.model.max_level + 1)]
-    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
-        config.num_epochs * self.steps_per_epoch)
-    self.schedule = optim.make_schedule(
-        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    self.set_schedule(self.info.num_train_examples)
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes,
                                        num_anchors=per_location, image_size=size, rngs=rngs,
@@ -75,16 +73,6 @@ class Detection(base.Task):
 
   def init_state(self):
     return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
-
-  def from_pretrained(self, state):
-    """`config.init_from`: a torchvision ResNet .pth, our classification checkpoint
-    (workdir / checkpoints dir / step dir) or a classification config trained first
-    (upstream.weights_path); its backbone replaces ours (FPN and heads keep their
-    initialisation)."""
-    path = self.config.get("init_from", "")
-    if not path:
-      return state
-    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
   # Loss.
   def loss_and_metrics(self, cls_logits, box_deltas, batch):
@@ -96,11 +84,13 @@ class Detection(base.Task):
     positive = label == 1
     gt_labels = jnp.take_along_axis(batch["labels"], index, axis=1)
     targets = jax.nn.one_hot(gt_labels, self.num_classes) * positive[..., None]
-    focal = box_ops.sigmoid_focal_loss(cls_logits, targets, alpha=cfg.alpha, gamma=cfg.gamma)
+    focal = optax.sigmoid_focal_loss(cls_logits.astype(jnp.float32), targets, alpha=cfg.alpha,
+                                     gamma=cfg.gamma)
     focal = jnp.sum(focal * (label >= 0)[..., None])
     gt_boxes = jnp.take_along_axis(batch["boxes"].astype(jnp.float32), index[..., None], axis=1)
     box_targets = box_ops.encode(gt_boxes, anchor_boxes[None])
-    box = box_ops.smooth_l1(box_deltas - box_targets, beta=cfg.smooth_l1_beta).sum(-1)
+    box = smooth_l1(box_deltas.astype(jnp.float32) - box_targets, beta=cfg.smooth_l1_beta)
+    box = box.sum(-1)
     box = jnp.sum(box * positive)
     num_positive = jnp.sum(positive)
     norm = jnp.maximum(num_positive, 1).astype(jnp.float32)
@@ -136,7 +126,7 @@ class Detection(base.Task):
   def detect(self, state, images):
     """images (B, S, S, C) → boxes (B, D, 4) yxyx input pixels, scores, classes, valid."""
     cls_logits, box_deltas = self.net.model(state, train=False)(images)
-    cfg = self.config.inference
+    cfg = self.config.eval
     anchor_boxes = jnp.asarray(self.anchor_boxes)
     return jax.vmap(lambda c, d: box_ops.postprocess(
         c, d, anchor_boxes, self.level_sizes, image_size=self.config.dataset.image_size,
@@ -165,7 +155,7 @@ class Detection(base.Task):
     return {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
 
   def evaluate(self, state):
-    limit = self.config.get("eval_max_batches", 0) * self.env.local_batch_size or None
+    limit = self.config.eval.get("max_batches", 0) * self.env.local_batch_size or None
     batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
                                 limit=limit)
     out = self._gathered_outputs(state, batches)
@@ -187,8 +177,11 @@ class Detection(base.Task):
              for i in range(min(count, len(images)))]
     return {"detections": np.stack(drawn)}
 
-  def learning_rates(self, step):
-    return {"learning_rate": float(self.schedule(step - 1))}
+
+def smooth_l1(x, *, beta: float):
+  """Fast R-CNN's smooth L1: ½x²/β for |x| < β, |x| − ½β otherwise (Huber with δ = β,
+  divided by β); β ≤ 0: |x|."""
+  return optax.huber_loss(x, delta=beta) / beta if beta > 0 else jnp.abs(x)
 
 
 def coco_map(out: dict, num_classes: int) -> dict[str, float]:

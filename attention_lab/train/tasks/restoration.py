@@ -8,10 +8,10 @@ Training: random patches (data/restoration.py), per-pixel loss `config.loss`:
 "mae" (L1, CARE's default) or "mse" (L2), averaged over pixels and batch.
 
 Evaluation (`evaluate`): every eval image or volume is predicted whole, tile
-by tile (evaluation/tiling.py: `config.evaluation.tile_size`, `tile_overlap`;
+by tile (evaluation/tiling.py: `config.eval.tile_size`, `tile_overlap`;
 memory bounded by the tile; windows split over processes and devices;
 optionally only `max_examples` images, centre-cropped to `crop_size`), then
-scored on the host in float64 under `config.evaluation.protocol`
+scored on the host in float64 under `config.eval.protocol`
 (evaluation/restoration.py: "care" = percentile-normalised target, min-MSE
 affine rescaling of the prediction, data_range 1 — the CARE protocol behind
 SAO Table 7; "plain" = the values as they are with `data_range`). The same
@@ -31,7 +31,6 @@ from clu import metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab import models
 from attention_lab.data import restoration as data
 from attention_lab.evaluation import restoration as measures
 from attention_lab.evaluation.tiling import predict_tiled
@@ -49,14 +48,6 @@ class RestorationMetrics(metrics.Collection):
   mse: metrics.Average.from_output("mse")
 
 
-def _model_kwargs(model_config) -> dict:
-  kwargs = model_config.to_dict()
-  kwargs.pop("name")
-  if "attention_kwargs" in kwargs and not kwargs["attention_kwargs"]:
-    kwargs.pop("attention_kwargs")
-  return kwargs
-
-
 class Restoration(base.Task):
   """One restoration network, one optimizer; whole-set PSNR / SSIM / NRMSE on full images."""
 
@@ -71,20 +62,9 @@ class Restoration(base.Task):
     if len(patch) != self.info.input_rank:
       raise ValueError(f"dataset.patch_size must have {self.info.input_rank} sides for "
                        f"{config.dataset.name}, got {patch}")
-    self.steps_per_epoch = max(1, self.info.num_train_examples // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
-        config.num_epochs * self.steps_per_epoch)
-    self.schedule = optim.make_schedule(
-        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
-    kwargs = _model_kwargs(config.model)
-    if "dtype" in kwargs:
-      if kwargs["dtype"] not in base.DTYPES:
-        raise ValueError(f"model.dtype must be one of {sorted(base.DTYPES)}, got "
-                         f"{kwargs['dtype']!r}")
-      kwargs["dtype"] = base.DTYPES[kwargs["dtype"]]
+    self.set_schedule(self.info.num_train_examples)
     self.net = base.TrainableModel(
-        lambda rngs: models.create(config.model.name, num_classes=self.info.channels,
-                                        in_channels=self.info.channels, rngs=rngs, **kwargs),
+        lambda rngs: base.create_model(config.model, in_channels=self.info.channels, rngs=rngs),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)
     self.multiple = self._divisors(config.model)
     self._predict = None
@@ -145,7 +125,7 @@ class Restoration(base.Task):
       inputs = self.env.global_batch({"input": batch[offset:offset + local]})["input"]
       return np.asarray(self._predict(state, inputs))
 
-    cfg = self.config.evaluation
+    cfg = self.config.eval
     rank = self.info.input_rank
     tile = tuple(cfg.tile_size) if cfg.tile_size else (1 << 30,) * rank
     overlap = tuple(cfg.tile_overlap) if cfg.tile_overlap else (0,) * rank
@@ -160,7 +140,7 @@ class Restoration(base.Task):
     return image.max(axis=0) if self.info.target_rank < self.info.input_rank else image
 
   def _score(self, target, guess) -> dict[str, float]:
-    cfg = self.config.evaluation
+    cfg = self.config.eval
     return measures.restoration_metrics(
         target[..., 0] if target.shape[-1] == 1 else target,
         guess[..., 0] if guess.shape[-1] == 1 else guess,
@@ -168,12 +148,12 @@ class Restoration(base.Task):
         percentiles=tuple(cfg.get("percentiles", (0.1, 99.9))))
 
   def eval_examples(self):
-    """(input, target) pairs of the eval split: at most evaluation.max_examples (0: all),
-    centre-cropped to evaluation.crop_size in the target's spatial axes when set."""
-    cfg = self.config.evaluation
+    """(input, target) pairs of the eval split: at most eval.max_examples (0: all),
+    centre-cropped to eval.crop_size in the target's spatial axes when set."""
+    cfg = self.config.eval
     limit, crop = cfg.get("max_examples", 0), tuple(cfg.get("crop_size", ()) or ())
     if crop and len(crop) != self.info.target_rank:
-      raise ValueError(f"evaluation.crop_size must have {self.info.target_rank} sides, got "
+      raise ValueError(f"eval.crop_size must have {self.info.target_rank} sides, got "
                        f"{crop}")
     for index, (image, target, _) in enumerate(data.eval_examples(self.config)):
       if limit and index >= limit:
@@ -213,7 +193,7 @@ class Restoration(base.Task):
     if self._picture is None:
       image, target = next(iter(self.eval_examples()))
       self._picture = (self._baseline(image), self.predict(state, image), target)
-    return {"restoration": restoration_picture(*self._picture, self.config.evaluation)}
+    return {"restoration": restoration_picture(*self._picture, self.config.eval)}
 
 
 def restoration_picture(baseline, prediction, target, eval_config) -> np.ndarray:

@@ -40,7 +40,7 @@ from jax.experimental import multihost_utils
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import segmentation as data
 from attention_lab.evaluation import segmentation as evaluation
-from attention_lab.train import optim, upstream
+from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
 IGNORE = data.IGNORE
@@ -132,12 +132,7 @@ class Segmentation(base.Task):
     self.spec = data.dataset(config.dataset.name)
     self.num_classes = self.spec.num_classes
     self.aux_weight = float(config.get("aux_loss_weight", 0.0))
-    num_train = data.num_examples(config, config.dataset.train_split)
-    self.steps_per_epoch = max(1, num_train // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
-        config.num_epochs * self.steps_per_epoch)
-    self.schedule = optim.make_schedule(
-        config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
+    self.set_schedule(data.num_examples(config, config.dataset.train_split))
     extra = {"aux_head": True} if self.aux_weight > 0 else {}
     extra.update(backbone_weights.model_options(config))  # torch weights: torch padding
     self.net = base.TrainableModel(
@@ -272,16 +267,6 @@ class Segmentation(base.Task):
     panels = [image.round().astype(np.uint8), overlay(image, label),
               overlay(image, np.where(label == IGNORE, IGNORE, predicted[:n]))]
     return {"segmentation": np.concatenate(panels, axis=2)}
-
-  def learning_rates(self, step):
-    return {"learning_rate": float(self.schedule(step - 1))}
-
-  # Weights from elsewhere.
-  def from_pretrained(self, state):
-    path = self.config.get("init_from") or ""
-    if not path:
-      return state
-    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
 
 
 TASK = Segmentation
