@@ -135,10 +135,8 @@ class GAN(base.Task):
   # ---------------------------------------------------------------- models
   def _build(self, which, rngs):
     m = self.config.model
-    if m.dtype not in base.DTYPES:
-      raise ValueError(f"model.dtype must be one of {sorted(base.DTYPES)}, got {m.dtype!r}")
     kw = dict(num_classes=self.num_classes, resolution=self.config.dataset.image_size,
-              width=m.width, spectral_norm=m.spectral_norm, dtype=base.DTYPES[m.dtype],
+              width=m.width, spectral_norm=m.spectral_norm, dtype=base.model_dtype(m.dtype),
               context_side=m.get("context_side") or None, rngs=rngs)
     if which == "generator":
       return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim,
