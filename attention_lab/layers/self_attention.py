@@ -132,14 +132,14 @@ class SelfAttention(nnx.Module):
     if x.ndim < 3:
       raise ValueError(f"x must have shape (batch, *spatial, channels), got {x.shape}")
     flat = lambda t: t.reshape(t.shape[0], -1, 1, t.shape[-1])  # (B, N, 1 head, D)
-    queries, keys = self.g(x), self.f(x)
-    q, k, v = flat(queries), flat(keys), flat(self.h(x))
+    q, k, v = flat(self.g(x)), flat(self.f(x)), flat(self.h(x))
     if self.variant == "sa":
       o = ops.dot_product_attention(q, k, v, scale=1.0, query_chunk_size=self.query_chunk_size)
     else:
       o = ops.dot_product_attention(q, k, v, scale=1.0, normalization="mean")
+    grid = lambda t: t.reshape(*x.shape[:-1], t.shape[-1])  # (B, *S, D)
     recording.sow_if_recording(self, recording.WEIGHTS, lambda: recording.single_head_weights(
-        queries, keys, scale=1.0, normalization="softmax" if self.variant == "sa" else "mean"))
+        grid(q), grid(k), scale=1.0, normalization="softmax" if self.variant == "sa" else "mean"))
     o = o.reshape(*x.shape[:-1], o.shape[-1])
     if self.v is not None:
       o = self.v(o)
