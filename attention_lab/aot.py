@@ -44,11 +44,11 @@ from ml_collections import config_flags
 from attention_lab import cli
 from attention_lab import devices as device_table
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
 _TOPOLOGY = flags.DEFINE_string(
     "topology", "v5e:4x4", "TPU slice (v5e:2x2, v4:2x2x2, ...) or GPUs (h100, h100x8, ...).")
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
-_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
+_JSON = cli.define_once(flags.DEFINE_string, "json", None, "Write the figures to this JSON file.")
+_DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config"])
 
 GIB = 2**30

@@ -15,6 +15,31 @@ class ConfigError(ValueError):
   """A bad command line or configuration: reported as one line, exit status 2."""
 
 
+class SharedFlag:
+  """The value of a flag that several command modules define (see `define_once`)."""
+
+  def __init__(self, name: str):
+    self.name = name
+
+  @property
+  def value(self):
+    return flags.FLAGS[self.name].value
+
+  @property
+  def present(self) -> bool:
+    return bool(flags.FLAGS[self.name].present)
+
+
+def define_once(define, name: str, *args, **kwargs) -> SharedFlag:
+  """`define(name, *args, **kwargs)` unless a flag `name` exists. The command modules
+  (main, aot, predict, data.prepare, ...) each define --config, --debug and the like;
+  a process that imports several of them (the tests) shares one flag instead of
+  failing with absl's DuplicateFlagError. Run as a command, a module defines its own."""
+  if name not in flags.FLAGS:
+    define(name, *args, **kwargs)
+  return SharedFlag(name)
+
+
 def fail(message: str, status: int = 2):
   print(f"error: {message}", file=sys.stderr, flush=True)
   sys.exit(status)

@@ -45,13 +45,13 @@ from attention_lab.train import compilation_cache
 # a bad command line is reported in about a second.
 trainer_lib = None
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints and TensorBoard logs.")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
+_WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", None, "Directory for checkpoints and TensorBoard logs.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "Multi-host: HOST:PORT of process 0's coordinator service.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
-_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
+_DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 

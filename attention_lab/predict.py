@@ -62,12 +62,12 @@ from ml_collections import config_flags
 
 from attention_lab import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "The trained run's workdir (its checkpoints/).")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
+_WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", None, "The trained run's workdir (its checkpoints/).")
 _SPLIT = flags.DEFINE_string("split", "", "Dataset split to predict (default: the eval split).")
-_OUT = flags.DEFINE_string("out", None, "Folder the prediction files are written to.")
+_OUT = cli.define_once(flags.DEFINE_string, "out", None, "Folder the prediction files are written to.")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 0, "GAN: images to write (0: eval.num_samples).")
-_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
+_DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
 flags.mark_flags_as_required(["config", "workdir", "out"])
 
 TASKS = ("segmentation", "detection", "gan", "restoration")

@@ -42,10 +42,12 @@ import time
 from absl import app
 from absl import flags
 
+from attention_lab import cli
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
 
-_OUT = flags.DEFINE_string("out", "", "Output folder; default experiments/results/<device kind>.")
+_OUT = cli.define_once(flags.DEFINE_string, "out", "", "Output folder; default experiments/results/<device kind>.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Every part at its :tiny preset (any device).")
 _PARTS = flags.DEFINE_list("parts", [], "Only these parts (names as in the summary).")
 

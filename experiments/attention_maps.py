@@ -37,6 +37,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
+from attention_lab import cli
 from attention_lab.data import pipeline
 from attention_lab.layers import recording
 from attention_lab.layers.augmented_conv import AugmentedConv
@@ -47,8 +48,8 @@ from attention_lab.layers.non_local import NonLocal
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config.")
-_WORKDIR = flags.DEFINE_string("workdir", "workdirs/default", "Workdir with the checkpoint.")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", "configs/default.py", "Experiment config.")
+_WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", "workdirs/default", "Workdir with the checkpoint.")
 _NUM_IMAGES = flags.DEFINE_integer("num_images", 3, "Test images to draw.")
 _MAX_LAYERS = flags.DEFINE_integer("max_layers", 3, "Attention layers to draw (first ones).")
 _OUT_DIR = flags.DEFINE_string("out_dir", "", "Where the PNGs go (default experiments/results).")

@@ -28,11 +28,11 @@ from ml_collections import config_flags
 
 from attention_lab import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
 _DATASET = flags.DEFINE_string("dataset", None, "A dataset name, instead of --config.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "With --dataset: the TFDS data directory.")
 _MANUAL_DIR = flags.DEFINE_string("manual_dir", "", "With --dataset: the manual_dir.")
-_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks instead of one-line errors.")
+_DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
 
 
 class MissingFiles(Exception):

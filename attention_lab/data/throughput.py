@@ -52,7 +52,7 @@ from ml_collections import config_flags
 
 from attention_lab import cli
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:preset].",
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Config file[:preset].",
                                           lock_config=False)
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Length of one measuring window.")
 _WINDOWS = flags.DEFINE_integer("windows", 3, "Measuring windows (the median is reported).")
@@ -64,7 +64,7 @@ _CORES = flags.DEFINE_list("cores", ["1", "all"], "Core counts to measure ('all'
                            "this process may use).")
 _DATA_ROOT = flags.DEFINE_string("data_root", "", "Where stand-in files go (default: a "
                                  "temporary directory, removed afterwards).")
-_JSON = flags.DEFINE_string("json", "", "Also write the result here.")
+_JSON = cli.define_once(flags.DEFINE_string, "json", "", "Also write the result here.")
 _AOT_DIR = flags.DEFINE_string(
     "aot_dir", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "experiments", "results"), "Where aot results are.")

@@ -254,7 +254,9 @@ def check_workdir_config(config: ml_collections.ConfigDict, workdir: str, say) -
   `WorkdirMismatchError` naming the fields that differ from it, unless all of them are
   operational; those are reported with one `say(line)` and the record is kept."""
   path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
+  exists = os.path.exists(path)
+  _sync("checkpointing_config_json_seen")  # every process looked before process 0 writes
+  if not exists:
     if _is_primary():
       text = config.to_json_best_effort(indent=2, sort_keys=True)
       with open(path + ".tmp", "w") as f:

@@ -70,8 +70,11 @@ class Speed:
   def for_first_step(cls, trainer, batch) -> "Speed":
     """Compiles `trainer.train_step` for (state, batch) once, for its FLOP count; the loop's
     first call then finds the compiled program in JAX's cache (no second compile)."""
-    flops = compiled_flops(trainer.train_step.lower(trainer.state, batch).compile())
-    if flops is None:
+    step = trainer.train_step
+    # A train step that is not a jitted function (e.g. wrapped by a caller) has no count.
+    flops = (compiled_flops(step.lower(trainer.state, batch).compile())
+             if hasattr(step, "lower") else None)
+    if flops is None and hasattr(step, "lower"):
       flops = _cpu_flops(trainer, batch)
     kind = trainer.mesh.devices.flat[0].device_kind
     model = trainer.config.get("model") or {}
