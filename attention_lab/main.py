@@ -120,8 +120,9 @@ class _QuietLibraries(std_logging.Filter):
 def _quiet_closed_loop_callbacks() -> None:
   """After a failed save, tensorstore completes orbax's abandoned writes on an event loop
   that has closed; each 'RuntimeError: Event loop is closed' raised in asyncio from that
-  callback reaches sys.unraisablehook as a traceback. Those are dropped; every other
-  unraisable exception is printed as before."""
+  callback reaches sys.unraisablehook as a traceback; so do the read coroutines of a
+  failed restore. Those are dropped; every other unraisable exception is printed as
+  before."""
   previous = sys.unraisablehook
 
   def hook(unraisable):
@@ -129,7 +130,11 @@ def _quiet_closed_loop_callbacks() -> None:
     closed_loop = (isinstance(unraisable.exc_value, RuntimeError)
                    and str(unraisable.exc_value) == "Event loop is closed"
                    and tb is not None and "asyncio" in tb.tb_frame.f_code.co_filename)
-    if not closed_loop:
+    # A failed restore's read coroutines that orbax never awaited (the failure itself is
+    # reported in one line by the checkpoint policy).
+    orbax_read = "/orbax/" in getattr(getattr(unraisable.object, "cr_code", None),
+                                      "co_filename", "")
+    if not (closed_loop or orbax_read):
       previous(unraisable)
 
   sys.unraisablehook = hook

@@ -125,7 +125,8 @@ def _module_flags(module: str) -> set[str]:
   define --config twice), plus absl's own."""
   path = os.path.join(ROOT, *module.split(".")) + ".py"
   with open(path) as f:
-    names = set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", f.read()))
+    # flags.DEFINE_x("name", ...) or cli.define_once(flags.DEFINE_x, "name", ...)
+    names = set(re.findall(r"DEFINE_\w+(?:\(|,)\s*\"(\w+)\"", f.read()))
   return names | {"verbosity", "v", "helpfull", "help"}
 
 
