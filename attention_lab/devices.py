@@ -105,6 +105,15 @@ def gpu_target_config(name: str) -> str:
     return f.read()
 
 
+def cuda_plugin_installed() -> bool:
+  """Whether JAX's CUDA plugin (`jax_plugins.xla_cuda12`) can be imported; without any
+  `jax_plugins` package `find_spec` raises instead of returning None."""
+  try:
+    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+  except ModuleNotFoundError:
+    return False
+
+
 def gpu_devices(name: str, count: int = 1) -> list:
   """`count` compile-only devices of GPU `name` on one host, for `jax.jit(...).lower(...)
   .compile()` on a machine without the GPU (needs JAX's CUDA plugin)."""
@@ -112,7 +121,7 @@ def gpu_devices(name: str, count: int = 1) -> list:
   if name not in gpu_names():
     raise ValueError(f"no GPU target config named {name!r}; expected one of "
                      f"{', '.join(gpu_names())}")
-  if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+  if not cuda_plugin_installed():
     raise ValueError("compiling for a GPU needs JAX's CUDA plugin: pip install -e '.[gpu]'")
   return topologies.get_topology_desc(platform="cuda", target_config=gpu_target_config(name),
                                       topology=f"1x1x{count}").devices

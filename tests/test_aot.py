@@ -18,9 +18,8 @@ GIB = 2**30
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="libtpu is not installed (pip install -e '.[tpu]')")
-_CUDA = importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
 needs_cuda_plugin = pytest.mark.skipif(
-    not _CUDA, reason="JAX's CUDA plugin is not installed (pip install -e '.[gpu]')")
+    not devices.cuda_plugin_installed(), reason="JAX's CUDA plugin is not installed (pip install -e '.[gpu]')")
 
 
 def _aot(tmp_path, out, *args, topology="v5e:2x2"):
@@ -103,7 +102,7 @@ def test_an_unknown_topology_is_one_line_naming_the_allowed_values(tmp_path):
       aot.topology_devices(topology)
 
 
-@pytest.mark.skipif(_CUDA, reason="JAX's CUDA plugin is installed")
+@pytest.mark.skipif(devices.cuda_plugin_installed(), reason="JAX's CUDA plugin is installed")
 def test_a_gpu_without_the_cuda_plugin_says_how_to_install_it():
   with pytest.raises(ValueError, match=re.escape("needs JAX's CUDA plugin: pip install -e "
                                                  "'.[gpu]'")):
