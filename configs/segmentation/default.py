@@ -33,8 +33,8 @@ Measured (`python -m experiments.default_segmentation`, 2-core CPU with
 AVX-512, end to end, pretraining included;
 experiments/results/default_segmentation.md): test mIoU ASPP 0.814 (8.4 min),
 attention 0.805 (8.8 min), KAO_KV 0.810 (7.5 min), KAO_QKV 0.809 (7.7 min),
-Hamburger 0.821 (9.8 and 9.2 min): issue 12's goal (≥ 0.80 for every head in ≤
-10 minutes) is met by every head. A slower 2-core VM (AVX2 only) gave the same
+Hamburger 0.821 (9.8 and 9.2 min): every head reaches the goal of ≥ 0.80 in
+≤ 10 minutes. A slower 2-core VM (AVX2 only) gave the same
 scores to ±0.005 in 15-18 min.
 
 Presets: `:cpu` (a one-minute run that visibly learns), `:tiny` (a few steps,

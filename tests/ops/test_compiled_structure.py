@@ -1,4 +1,4 @@
-"""The memory-bound ops compile without input-sized transposed copies (issue 5 goals).
+"""The memory-bound ops compile without input-sized transposed copies (the performance goals of experiments/results/performance_goals.md).
 
 XLA:CPU turns a dot whose batch or contracting axes it cannot take in place
 into a `transpose` + `copy` of the operand: for SAO one more read and write of
