@@ -13,7 +13,9 @@ restores the newest checkpoint in W (read only) and writes, by `config.task`:
     palette PNGs with the VOC colour map, values 0-20 (the evaluation server's
     layout; tar DIR/results and upload). comp6 ("trained on any data"), not comp5
     ("VOC2012 data only"): the papers' models start from ImageNet backbones and
-    train on SBD's train_aug.
+    train on SBD's train_aug. The server's set is `--split=test`: the builder's
+    images without masks (data/builders/voc_segmentation.py), there when
+    VOC2012test.tar was unpacked in the manual_dir before it was prepared.
   * `ade20k_challenge`: DIR/<id>.png, greyscale (mode L) class ids 1-150, as the
     Scene Parsing challenge and mmseg's `format_results` write them (0 is "other"
     and never predicted). Greyscale rather than palette: the challenge's Python
@@ -39,8 +41,9 @@ restores the newest checkpoint in W (read only) and writes, by `config.task`:
   (a trailing channel axis kept when there are several), predicted whole tile by
   tile as the evaluation does.
 
-`--split` defaults to the config's eval split. A workdir without a checkpoint, or
-a bad flag, is one line on stderr and exit status 2.
+`--split` defaults to the config's eval split. A workdir without a checkpoint, a
+segmentation split the prepared dataset lacks, or a bad flag, is one line on stderr
+and exit status 2.
 """
 
 import os
@@ -184,12 +187,13 @@ def segmentation_layout(dataset_name: str):
 def predict_segmentation(task, state, split: str, out: str) -> str:
   import tensorflow as tf
   import tensorflow_datasets as tfds
-  from attention_lab.data import pipeline
+  from attention_lab.data import availability, pipeline
   from attention_lab.data import segmentation as seg_data
   config = task.config
   spec = seg_data.dataset(config.dataset.name)
   builder = pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
                                  config.dataset.get("manual_dir"), supported=seg_data.DATASETS)
+  availability.require_split(config.dataset, builder, split)
   subsplit, offset, largest = _process_slice(builder, split)
   folder, encode, palette = segmentation_layout(config.dataset.name)
   folder = os.path.join(out, folder)

@@ -22,6 +22,7 @@ from absl import logging
 
 from attention_lab import cli
 from attention_lab.data.builders import BUILDERS
+from attention_lab.data.builders import ade20k_challenge, pascal_context, voc_segmentation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,17 +32,20 @@ class Source:
   how: "embedded" | "download" (TFDS fetches it) | "manual" (files in the manual_dir).
   files: paths under the manual_dir that preparing needs.
   split_files: further paths needed when a config reads that split.
+  optional_splits: split → (paths, step): splits the builder adds only when these
+    paths are there at preparation (a benchmark's test images), and how to get them.
   steps: what to download and where, `{manual}` standing for the manual_dir.
   """
 
   how: str
   files: tuple[str, ...] = ()
   split_files: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  optional_splits: dict[str, tuple[tuple[str, ...], str]] = dataclasses.field(
+      default_factory=dict)
   steps: tuple[str, ...] = ()
 
 
-_VOC = "VOCdevkit/VOC2012"
-_CONTEXT = "VOCdevkit/VOC2010"
+_VOC = voc_segmentation.LAYOUT.root
 _CARE = "https://publications.mpi-cbg.de/publications-sites/7207/"
 SOURCES = {
     "digits": Source("embedded"),
@@ -70,11 +74,12 @@ SOURCES = {
         steps=("download leftImg8bit_trainvaltest.zip and gtFine_trainvaltest.zip from "
                "https://www.cityscapes-dataset.com/downloads/ (an account) into {manual}/",)),
     "voc_segmentation": Source(
-        "manual",
-        files=(f"{_VOC}/JPEGImages", f"{_VOC}/SegmentationClass",
-               f"{_VOC}/ImageSets/Segmentation/train.txt",
-               f"{_VOC}/ImageSets/Segmentation/val.txt"),
-        split_files={"train_aug": (f"{_VOC}/SegmentationClassAug",)},
+        "manual", files=voc_segmentation.LAYOUT.required(("train", "val")),
+        split_files={"train_aug": (f"{_VOC}/{voc_segmentation.SBD_LABELS}",)},
+        optional_splits={"test": ((voc_segmentation.TEST_LIST,),
+                                  "download VOC2012test.tar from the evaluation server "
+                                  "(http://host.robots.ox.ac.uk:8080/, an account) and unpack "
+                                  "it in {manual}/ over the trainval files")},
         steps=("download http://host.robots.ox.ac.uk/pascal/VOC/voc2012/"
                "VOCtrainval_11-May-2012.tar (2 GB) and unpack it in {manual}/ (it holds "
                f"{_VOC}/)",
@@ -84,18 +89,16 @@ SOURCES = {
                f"{{manual}}/{_VOC}/SegmentationClassAug/")),
     "ade20k_challenge": Source(
         "manual",
-        files=tuple(f"ADEChallengeData2016/{kind}/{split}" for kind in ("images", "annotations")
-                    for split in ("training", "validation")),
+        files=tuple(f"{ade20k_challenge.ROOT}/{kind}/{folder}"
+                    for kind in ("images", "annotations")
+                    for folder in ade20k_challenge.FOLDERS.values()),
         steps=("download http://data.csail.mit.edu/places/ADEchallenge/"
                "ADEChallengeData2016.zip (923 MB) and unzip it in {manual}/",)),
     "pascal_context": Source(
-        "manual",
-        files=(f"{_CONTEXT}/JPEGImages", f"{_CONTEXT}/SegmentationClassContext",
-               f"{_CONTEXT}/ImageSets/SegmentationContext/train.txt",
-               f"{_CONTEXT}/ImageSets/SegmentationContext/val.txt"),
+        "manual", files=pascal_context.LAYOUT.required(pascal_context.SPLITS),
         steps=("download http://host.robots.ox.ac.uk/pascal/VOC/voc2010/"
                "VOCtrainval_03-May-2010.tar (1.3 GB) and unpack it in {manual}/ (it holds "
-               f"{_CONTEXT}/JPEGImages)",
+               f"{pascal_context.LAYOUT.root}/JPEGImages)",
                "download https://codalabuser.blob.core.windows.net/public/trainval_merged.json "
                "and write the 59-class label maps and lists with the Detail API "
                "(pip install git+https://github.com/zhanghang1989/detail-api.git#subdirectory="
@@ -173,7 +176,7 @@ def prepare_command(dataset, config_spec: str | None = None) -> str:
   """The command that prepares it: --config as this process was started, with the
   dataset's directory overrides; `--dataset=NAME` when no config file is known."""
   if config_spec is None:
-    config_spec = _config_argument(sys.argv[1:])
+    config_spec = cli._config_argument(sys.argv[1:])  # pylint: disable=protected-access
   args = ["python", "-m", "attention_lab.data.prepare"]
   prefix = "--config.dataset." if config_spec else "--"
   args.append(f"--config={config_spec}" if config_spec else f"--dataset={dataset.name}")
@@ -181,15 +184,6 @@ def prepare_command(dataset, config_spec: str | None = None) -> str:
     if dataset.get(key):
       args.append(f"{prefix}{key}={dataset.get(key)}")
   return " ".join(shlex.quote(a) for a in args)
-
-
-def _config_argument(argv) -> str | None:
-  for i, arg in enumerate(argv):
-    if arg.startswith("--config="):
-      return arg[len("--config="):]
-    if arg == "--config" and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
 
 
 def not_prepared_message(name: str, data_dir: str, command: str, *, manual: str = "",
@@ -228,3 +222,21 @@ def require_prepared(config, config_spec: str | None = None) -> None:
   raise cli.ConfigError(not_prepared_message(
       name, data_dir_root(dataset.get("data_dir")), prepare_command(dataset, config_spec),
       manual=manual, missing=missing))
+
+
+def require_split(dataset, found: tfds.core.DatasetBuilder, split: str) -> None:
+  """Raises cli.ConfigError (one line) when the prepared `found` lacks `split`
+  ("test[:10]" → test), naming the files that add it where they are optional."""
+  name = split.split("[")[0].strip()
+  if not name or name in found.info.splits:
+    return
+  spec = source(dataset.name)
+  line = (f"split = {split!r}: dataset {dataset.name!r} as prepared in {found.data_dir} has "
+          f"no split {name!r} (it has {', '.join(sorted(found.info.splits))})")
+  if spec and name in spec.optional_splits:
+    needs, step = spec.optional_splits[name]
+    manual = manual_dir(dataset)
+    line += (f"; it is added when {', '.join(needs)} is in the manual_dir at preparation: "
+             f"{step.format(manual=manual)}, delete {found.data_dir} and run "
+             f"{prepare_command(dataset)}")
+  raise cli.ConfigError(line)

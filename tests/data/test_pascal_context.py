@@ -14,20 +14,21 @@ from tests.data.test_segmentation_data import _builder, _config, _jpeg
 def write_fake_pascal_context(manual, splits):
   """VOCdevkit/VOC2010 with grey label PNGs (0 background, 1-59 classes) and the split
   lists, as mmseg's converter writes them; returns {image_id: raw label map}."""
-  root = manual / pascal_context.ROOT
-  for folder in ("JPEGImages", pascal_context.LABELS, pascal_context.LISTS):
+  layout = pascal_context.LAYOUT
+  root = manual / layout.root
+  for folder in (layout.images, layout.labels, layout.lists):
     os.makedirs(root / folder, exist_ok=True)
   raw = {}
   k = 0
   for split, ids in splits.items():
     for image_id in ids:
       h, w = 6 + k, 9 + k
-      _jpeg(root / "JPEGImages" / f"{image_id}.jpg", h, w, k)
+      _jpeg(root / layout.images / f"{image_id}.jpg", h, w, k)
       raw[image_id] = np.random.default_rng(k).integers(0, 60, (h, w)).astype(np.uint8)
       raw[image_id][0, :3] = (0, 1, 59)  # background and both ends of the class range
-      Image.fromarray(raw[image_id]).save(root / pascal_context.LABELS / f"{image_id}.png")
+      Image.fromarray(raw[image_id]).save(root / layout.labels / f"{image_id}.png")
       k += 1
-    (root / pascal_context.LISTS / f"{split}.txt").write_text("".join(f"{i}\n" for i in ids))
+    (manual / layout.list_path(split)).write_text("".join(f"{i}\n" for i in ids))
   return raw
 
 
@@ -35,7 +36,8 @@ def test_builder_reads_the_lists_and_reduces_the_zero_label(tmp_path):
   splits = {"train": ["2008_000002", "2008_000003"], "val": ["2008_000008"]}
   raw = write_fake_pascal_context(tmp_path / "manual", splits)
   # An image without a list entry (VOC2010 holds more images than the benchmark uses).
-  _jpeg(tmp_path / "manual" / pascal_context.ROOT / "JPEGImages" / "2010_009999.jpg", 5, 5, 9)
+  _jpeg(tmp_path / "manual" / pascal_context.LAYOUT.root / "JPEGImages" / "2010_009999.jpg",
+        5, 5, 9)
   builder = _builder(_config("pascal_context", tmp_path / "data", tmp_path / "manual"))
   assert seg.dataset("pascal_context").num_classes == 59 == len(pascal_context.CLASSES)
   for split, ids in splits.items():

@@ -10,51 +10,40 @@ manual_dir:
 Splits `train` (20,210) and `validation` (2,000). The annotation PNGs hold 0
 ("other", not evaluated) and classes 1-150; the stored `segmentation_mask` is
 shifted as in the benchmark code (mmseg `reduce_zero_label`): 0 → 255 (the
-ignore label), k → k − 1, so classes are 0-149.
+ignore label), k → k − 1, so classes are 0-149. Features:
+data/builders/segmentation_files.py.
 """
 
 import os
 
-import numpy as np
 import tensorflow_datasets as tfds
 
-from attention_lab.data.builders.voc_segmentation import read_indices
+from attention_lab.data.builders import segmentation_files as files
 
 NUM_CLASSES = 150
+ROOT = "ADEChallengeData2016"
+FOLDERS = {"train": "training", "validation": "validation"}  # split → folder
 
 
-def reduce_zero_label(mask: np.ndarray) -> np.ndarray:
-  """0 → 255, k → k − 1 (uint8)."""
-  return np.where(mask == 0, 255, mask.astype(np.int32) - 1).astype(np.uint8)
-
-
-class Ade20kChallenge(tfds.core.GeneratorBasedBuilder):
+class Ade20kChallenge(files.SegmentationFiles):
   """ADEChallengeData2016, 150 classes, 255 = ignore."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "ADEChallengeData2016 from a manual_dir, zero label reduced."}
   MANUAL_DOWNLOAD_INSTRUCTIONS = __doc__
-
-  def _info(self):
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
-            "segmentation_mask": tfds.features.Image(shape=(None, None, 1),
-                                                     encoding_format="png"),
-            "image_id": tfds.features.Text(),
-        }),
-        homepage="http://sceneparsing.csail.mit.edu/",
-    )
+  HOMEPAGE = "http://sceneparsing.csail.mit.edu/"
+  REDUCE_ZERO_LABEL = True
 
   def _split_generators(self, dl_manager):
-    root = os.path.join(dl_manager.manual_dir, "ADEChallengeData2016")
-    return {split: self._generate_examples(root, folder)
-            for split, folder in (("train", "training"), ("validation", "validation"))}
+    root = os.path.join(dl_manager.manual_dir, ROOT)
+    return {split: self._generate_examples(_items(root, folder))
+            for split, folder in FOLDERS.items()}
 
-  def _generate_examples(self, root, folder):
-    images = os.path.join(root, "images", folder)
-    for name in sorted(f for f in os.listdir(images) if f.endswith(".jpg")):
-      image_id = name[:-4]
-      mask = read_indices(os.path.join(root, "annotations", folder, f"{image_id}.png"))
-      yield image_id, {"image": os.path.join(images, name),
-                       "segmentation_mask": reduce_zero_label(mask), "image_id": image_id}
+
+def _items(root, folder):
+  """(image_id, image, mask) of every JPEG in images/`folder`, sorted by name."""
+  images = os.path.join(root, "images", folder)
+  for name in sorted(f for f in os.listdir(images) if f.endswith(".jpg")):
+    image_id = name[:-4]
+    yield (image_id, os.path.join(images, name),
+           os.path.join(root, "annotations", folder, f"{image_id}.png"))

@@ -13,16 +13,14 @@ Splits `train` (4,998) and `val` (5,105: the benchmark's evaluation set). The
 59-class benchmark does not score background, so the stored
 `segmentation_mask` is shifted as mmseg's PascalContextDataset59 does
 (`reduce_zero_label`): 0 → 255 (ignore), k → k − 1, classes 0-58. Features:
-`image` (H, W, 3) uint8 (the JPEG bytes, unchanged), `segmentation_mask`
-(H, W, 1) uint8, `image_id`.
+data/builders/segmentation_files.py.
 """
 
 import os
 
 import tensorflow_datasets as tfds
 
-from attention_lab.data.builders.ade20k_challenge import reduce_zero_label
-from attention_lab.data.builders.voc_segmentation import read_indices
+from attention_lab.data.builders import segmentation_files as files
 
 CLASSES = ("aeroplane", "bag", "bed", "bedclothes", "bench", "bicycle", "bird", "boat", "book",
            "bottle", "building", "bus", "cabinet", "car", "cat", "ceiling", "chair", "cloth",
@@ -31,41 +29,22 @@ CLASSES = ("aeroplane", "bag", "bed", "bedclothes", "bench", "bicycle", "bird", 
            "mouse", "person", "plate", "platform", "pottedplant", "road", "rock", "sheep",
            "shelves", "sidewalk", "sign", "sky", "snow", "sofa", "table", "track", "train",
            "tree", "truck", "tvmonitor", "wall", "water", "window", "wood")
-ROOT = os.path.join("VOCdevkit", "VOC2010")
-LABELS = "SegmentationClassContext"
-LISTS = os.path.join("ImageSets", "SegmentationContext")
+LAYOUT = files.VocLayout(os.path.join("VOCdevkit", "VOC2010"), "SegmentationClassContext",
+                         os.path.join("ImageSets", "SegmentationContext"))
+SPLITS = ("train", "val")
 
 
-def _ids(path: str) -> list[str]:
-  with open(path) as f:
-    return [line.split()[0] for line in f if line.strip()]
-
-
-class PascalContext(tfds.core.GeneratorBasedBuilder):
+class PascalContext(files.SegmentationFiles):
   """PASCAL-Context (VOC2010), 59 classes, 255 = ignore."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Detail-API label maps from a manual_dir, zero label reduced."}
   MANUAL_DOWNLOAD_INSTRUCTIONS = __doc__
-
-  def _info(self):
-    return self.dataset_info_from_configs(
-        features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
-            "segmentation_mask": tfds.features.Image(shape=(None, None, 1),
-                                                     encoding_format="png"),
-            "image_id": tfds.features.Text(),
-        }),
-        homepage="https://cs.stanford.edu/~roozbeh/pascal-context/",
-    )
+  HOMEPAGE = "https://cs.stanford.edu/~roozbeh/pascal-context/"
+  REDUCE_ZERO_LABEL = True
 
   def _split_generators(self, dl_manager):
-    root = os.path.join(dl_manager.manual_dir, ROOT)
-    return {split: self._generate_examples(root, _ids(os.path.join(root, LISTS, f"{split}.txt")))
-            for split in ("train", "val")}
-
-  def _generate_examples(self, root, ids):
-    for image_id in ids:
-      mask = read_indices(os.path.join(root, LABELS, f"{image_id}.png"))
-      yield image_id, {"image": os.path.join(root, "JPEGImages", f"{image_id}.jpg"),
-                       "segmentation_mask": reduce_zero_label(mask), "image_id": image_id}
+    manual = dl_manager.manual_dir
+    return {split: self._generate_examples(LAYOUT.items(
+                manual, files.read_ids(os.path.join(manual, LAYOUT.list_path(split)))))
+            for split in SPLITS}
