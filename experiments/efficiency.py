@@ -12,7 +12,10 @@ Tables (`config.kind`):
 - "aa": AA Table 9 — memory of the attention maps per stage of AA-ResNet-50;
 - "nets": SAO Table 5 — a training step of whole networks (MobileNetV2, SANet,
   AttnNet; KANets; AA-ResNet-50): XLA memory at batch 128, time side by side;
-- "goals": the performance goals of issue 5 (experiments/bench_ops.py).
+- "performance_goals": the library against hardware floors (experiments/performance_goals.py).
+Each kind other than "operators" and "modules" is a module of experiments/ with
+`run(config)` and `markdown(config, result, machine_line)`; the shared work is
+experiments/measure.py, the plots are experiments/plots.py's.
 
 Conventions, the same for every table:
 - MAdd / MACs: multiply-adds of every dot product and convolution of the
@@ -39,36 +42,29 @@ Conventions, the same for every table:
   (written into the results); the papers' are TF/PyTorch on their hardware.
 
 Writes experiments/results/<table>.{md,json,png} with the
-machine they were measured on.
+machine they were measured on; the notes of the md file (measure.NOTES) are kept.
 """
 
+import importlib
 import json
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import matplotlib
-from absl import app
 from ml_collections import config_flags
 
 from attention_lab import ops
 from experiments import efficiency_fused as fused_lib
 from experiments import measure as measure_lib
+from experiments import plots
 from experiments.efficiency_modules import build_module, module_program, ham_flops
+from experiments.measure import GIB, LABELS, MB, compile_fn, madd_of, machine_line
+from experiments.measure import params_of, time_side_by_side
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
 _CONFIG = None  # the --config flag, defined when run (tests import this module beside others)
-
-RESULTS = measure_lib.RESULTS
-MB = measure_lib.MB
-GIB = measure_lib.GIB
-LABELS = measure_lib.LABELS
-machine, machine_line, compile_fn, madd_of = (measure_lib.machine, measure_lib.machine_line,
-                                              measure_lib.compile_fn, measure_lib.madd_of)
-time_side_by_side, params_of = measure_lib.time_side_by_side, measure_lib.params_of
-inference_fn, training_fn = measure_lib.inference_fn, measure_lib.training_fn
 
 
 # ----------------------------------------------------------------------------------------------
@@ -112,23 +108,6 @@ def _operator_input(batch, side, channels, heads, rank=2, dtype=jnp.float32):
   return jax.random.normal(jax.random.key(0), shape, dtype)
 
 
-def fused_kernel(config) -> str | None:
-  """The device's fused regular-attention kernel the table adds ('cudnn' | 'pallas'), or None.
-
-  `config.fused_attention`: "auto" (default: the present GPU's or TPU's; none on
-  a CPU), "none", or a kernel name.
-  """
-  choice = config.get("fused_attention", "auto")
-  if choice == "auto":
-    return fused_lib.kernel_for()
-  if choice in ("none", "", None):
-    return None
-  if choice not in fused_lib.LABELS:
-    raise ValueError(f"config.fused_attention must be auto|none|{'|'.join(fused_lib.LABELS)}, "
-                     f"got {choice!r}")
-  return choice
-
-
 def _fused_operator(kernel):
   attend = fused_lib.fused_attention(kernel)
   return lambda x: attend(_flat(x), _flat(x), _flat(x))
@@ -136,7 +115,7 @@ def _fused_operator(kernel):
 
 def run_operators(config) -> dict:
   rows, fused = [], []
-  kernel = fused_kernel(config)
+  kernel = fused_lib.kernel_of(config)
   for side, channels in config.sizes:
     x = _operator_input(config.batch, side, channels, config.heads, dtype=_dtype(config))
     programs, accts = {}, {}
@@ -254,11 +233,11 @@ def run_operator_sweep(config) -> list:
   return points
 
 
-def operators_markdown(config, result, m) -> str:
+def operators_markdown(config, result, machine: str) -> str:
   fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
   lines = [
       f"# {config.title}", "",
-      f"Measured on {machine_line(m)}. Command: `{measure_lib.command_of(config)}`. Input "
+      f"Measured on {machine}. Command: `{measure_lib.command_of(config)}`. Input "
       f"dtype {config.get('dtype', 'float32')}.", "",
       "MAdd: multiply-adds of the dot products per example (the papers' convention; softmax, "
       "means and pooling are not multiply-adds); XLA flops: `cost_analysis()` of the whole "
@@ -292,8 +271,6 @@ def operators_markdown(config, result, m) -> str:
         f"{r['time_over_pass']:.1f}×" for r in rs) + " |")
   lines += fused_lines(result, config.operators)
   lines += _sweep_lines(config, result["sweep"], "operators")
-  if config.get("notes"):
-    lines += ["", "## Notes", "", config.notes]
   return "\n".join(lines) + "\n"
 
 
@@ -317,7 +294,10 @@ def _sweep_lines(config, sweep, what) -> list:
   return lines
 
 
-def plot_sweep(config, sweep, path, m):
+def plot_sweep(config, result, out_dir):
+  """<stem>.png: time and memory of every operator against the grid side, where the table
+  has a sweep (linked from the sweep section of the markdown)."""
+  sweep = result.get("sweep")
   if not sweep:
     return
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -339,9 +319,10 @@ def plot_sweep(config, sweep, path, m):
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line(m)}", fontsize=8)
+  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line(result['machine'])}",
+               fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  fig.savefig(out_dir / f"{measure_lib.output_stem(config)}.png", dpi=100)
   plt.close(fig)
 
 
@@ -363,7 +344,7 @@ def _fused_module(config) -> tuple[str | None, str | None]:
 
   SA is one head over all channels in float32 (the table's module), so q is
   (B, side², 1, channels)."""
-  kernel = fused_kernel(config)
+  kernel = fused_lib.kernel_of(config)
   if not kernel or config.baseline != "sa":
     return None, None
   q = jax.ShapeDtypeStruct((config.batch, config.side**2, 1, config.channels), jnp.float32)
@@ -440,12 +421,11 @@ def run_module_sweep(config) -> list:
   return points
 
 
-def modules_markdown(config, result, m) -> str:
+def modules_markdown(config, result, machine: str) -> str:
   fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
   lines = [
       f"# {config.title}", "",
-      f"Measured on {machine_line(m)}. Command: `python -m experiments.efficiency "
-      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"Measured on {machine}. Command: `{measure_lib.command_of(config)}`.", "",
       "Input 1×128×128×512 (the paper's 1×512×128×128, channels-last), float32. Params: every "
       "trainable parameter. MACs: multiply-adds of the convolutions and matrix products of the "
       "inference forward (the paper's torchprofile convention), solver loops counted K times. "
@@ -497,8 +477,6 @@ def modules_markdown(config, result, m) -> str:
                   f"{r['train']['speedup_vs_fastest_regular']:.1f}×" for r in result["rows"])
               + "."]
   lines += _sweep_lines(config, result["sweep"], "inference")
-  if config.get("notes"):
-    lines += ["", "## Notes", "", config.notes]
   return "\n".join(lines) + "\n"
 
 
@@ -506,58 +484,44 @@ def modules_markdown(config, result, m) -> str:
 # Entry point.
 
 
-_RUNNERS = {
-    "operators": lambda config, out_dir: run_operators(config),
-    "modules": lambda config, out_dir: run_modules(config),
-}
-_RENDERERS = {
-    "operators": lambda config, result, m: operators_markdown(config, result, m),
-    "modules": lambda config, result, m: modules_markdown(config, result, m),
-}
+# The table modules of the other kinds (imported when used: they import experiments.measure).
+_MODULES = {"gan": "efficiency_gan", "aa": "efficiency_aa", "nets": "efficiency_nets",
+            "performance_goals": "performance_goals"}
 
 
-def _table_module(kind):
-  # Imported lazily: they import this module's helpers from experiments.measure.
-  import importlib  # pylint: disable=g-import-not-at-top
-  name = {"gan": "efficiency_gan", "aa": "efficiency_aa", "goals": "bench_ops",
-          "nets": "efficiency_nets"}[kind]
-  return importlib.import_module(f"experiments.{name}")
+def table(kind: str):
+  """(run(config), markdown(config, result, machine_line)) of a table kind."""
+  if kind == "operators":
+    return run_operators, operators_markdown
+  if kind == "modules":
+    return run_modules, modules_markdown
+  if kind not in _MODULES:
+    raise ValueError(f"config.kind = {kind!r}: must be one of operators|modules|"
+                     f"{'|'.join(_MODULES)}")
+  module = importlib.import_module(f"experiments.{_MODULES[kind]}")
+  return module.run, module.markdown
 
 
 def main(argv):
   """Measures the config's table (or, with --config.render_only, re-renders its saved JSON)."""
   del argv
   config = _CONFIG.value
-  out_dir = pathlib.Path(config.get("out_dir", "") or RESULTS)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  kind = config.kind
-  if kind not in ("operators", "modules", "gan", "aa", "goals", "nets"):
-    raise ValueError(f"config.kind must be operators|modules|gan|aa|goals|nets, got {kind!r}")
+  out_dir = measure_lib.out_dir_of(config)
+  run, markdown = table(config.kind)
   stem = measure_lib.output_stem(config)
   if config.get("render_only", False):
     result = json.loads((out_dir / f"{stem}.json").read_text())
-    m = result["machine"]
   else:
-    m = machine()
-    if kind in _RUNNERS:
-      result = _RUNNERS[kind](config, out_dir)
-    elif kind == "goals":
-      result = _table_module(kind).run(config, out_dir)
-    else:
-      result = _table_module(kind).run(config)
-    result["machine"] = m
+    result = run(config)
+    result["machine"] = measure_lib.machine()
   result["config"] = config.to_dict()
-  if kind in _RENDERERS:
-    text = _RENDERERS[kind](config, result, m)
-  else:
-    text = _table_module(kind).markdown(config, result, machine_line(m))
-  (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
-  (out_dir / f"{stem}.md").write_text(text)
-  if result.get("sweep"):
-    plot_sweep(config, result["sweep"], out_dir / f"{stem}.png", m)
-  print(text)
+  text = markdown(config, result, machine_line(result["machine"]))
+  if config.table in plots.TABLE_PLOTS:
+    text += "\n" + plots.table_plot(config.table, result, out_dir, stem) + "\n"
+  plot_sweep(config, result, out_dir)
+  print(measure_lib.write(out_dir, stem, result, text))
 
 
 if __name__ == "__main__":
   _CONFIG = config_flags.DEFINE_config_file("config", None, "Efficiency table config.")
-  app.run(main)
+  measure_lib.run(main)

@@ -1,6 +1,8 @@
 """AA Table 9: memory of the attention maps per stage of AA-ResNet-50, per image.
 
 Run through `python -m experiments.efficiency --config=configs/efficiency/aa_table9.py`.
+The layers are built as AA-ResNet-50's (κ = 2υ = 0.2, Nh = 8, and, as in the AA
+paper's experiments, at least 20 key dimensions per head: dk = 160).
 
 Per stage: the paper's arithmetic Nh·(HW)² bfloat16 per attention layer
 (600 KB at 14×14 with Nh = 8, 37.5 KB at 7×7; training stores every layer's
@@ -29,18 +31,20 @@ def _layer(stage, config, attention: bool):
   if not attention:
     return nnx.Conv(cin, cout, (3, 3), use_bias=False, dtype=jnp.bfloat16, rngs=rngs)
   return layers.AugmentedConv(cin, cout, 3, kappa=config.kappa, upsilon=config.upsilon,
-                              heads=config.heads, positional="relative",
+                              heads=config.heads,
+                              min_key_dims_per_head=config.min_key_dims_per_head,
+                              positional="relative",
                               downsample=downsample, spatial_shape=(side, side),
                               dtype=jnp.bfloat16, rngs=rngs)
 
 
 def _programs(model, side, channels):
+  """XLA accounting of the layer's inference and training programs, and its MAdd."""
   x = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
   infer, state = measure.inference_fn(model)
   _, infer_acct = measure.compile_fn(infer, state, x)
   train, params, rest = measure.training_fn(model)
-  g = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
-  _, train_acct = measure.compile_fn(train, params, rest, x, g)
+  _, train_acct = measure.compile_fn(train, params, rest, x, x)
   return infer_acct, train_acct, measure.madd_of(infer, state, x)
 
 
@@ -97,9 +101,7 @@ def _fused_operator_programs(kernel, side, heads, dk, dv):
 
 def run(config) -> dict:
   from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
-  choice = config.get("fused_attention", "auto")
-  kernel = efficiency_fused.kernel_for() if choice == "auto" else (
-      None if choice in ("none", "") else choice)
+  kernel = efficiency_fused.kernel_of(config)
   rows = []
   for stage in config.stages:
     stage = dict(stage)
@@ -135,7 +137,8 @@ def markdown(config, result, machine_line: str) -> str:
       f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
       f"--config=configs/efficiency/{config.table}.py`.", "",
       f"AA-ResNet-50 attention layers (κ = {config.kappa}, υ = {config.upsilon}, Nh = "
-      f"{config.heads}, relative logits; stage 2 attends on a 3×3/2-pooled grid), batch 1, "
+      f"{config.heads}, ≥ {config.min_key_dims_per_head} key dimensions per head, relative "
+      "logits; stage 2 attends on a 3×3/2-pooled grid), batch 1, "
       "bfloat16 compute. 'maps' = Nh·(HW)² per layer by arithmetic (paper: bfloat16; ours keeps "
       "logits and softmax in float32, ×2). XLA temp = `memory_analysis().temp_size_in_bytes` "
       "of one AugmentedConv layer, inference forward and training forward + backward, and of "

@@ -45,6 +45,23 @@ def kernel_for(platform: str | None = None) -> str | None:
   return KERNELS.get("gpu" if platform in ("gpu", "cuda", "rocm") else platform)
 
 
+def kernel_of(config) -> str | None:
+  """The fused regular-attention kernel a table adds ('cudnn' | 'pallas'), or None.
+
+  `config.fused_attention`: "auto" (default: the present GPU's or TPU's; none on
+  a CPU), "none", or a kernel name.
+  """
+  choice = config.get("fused_attention", "auto")
+  if choice == "auto":
+    return kernel_for()
+  if choice in ("none", "", None):
+    return None
+  if choice not in LABELS:
+    raise ValueError(f"config.fused_attention = {choice!r}: must be auto|none|"
+                     f"{'|'.join(LABELS)}")
+  return choice
+
+
 def _compute_capability() -> tuple[int, int] | None:
   dev = jax.devices()[0]
   cc = getattr(dev, "compute_capability", None)

@@ -31,10 +31,9 @@ from flax import nnx
 
 import attention_lab.models.sagan  # noqa: F401  (registers sagan_generator / sagan_discriminator)
 from attention_lab import models
-from experiments import measure as efficiency
+from experiments import measure
+from experiments.measure import GIB, MB
 
-MB = 1e6
-GIB = 2**30
 ATTENTION = {"sagan": "sa", "isagan": "refined", "sgan": "conv"}
 
 
@@ -89,7 +88,8 @@ def train_fn(g, d):
   return step, (gp, gr, dp, dr)
 
 
-def _inputs(config, batch, abstract=False):
+def inputs(config, batch, abstract=False):
+  """(z, real images) of a batch; ShapeDtypeStructs when `abstract`."""
   shapes = ((batch, config.z_dim), (batch, config.image_size, config.image_size, 3))
   if abstract:
     return tuple(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes)
@@ -97,41 +97,49 @@ def _inputs(config, batch, abstract=False):
           jax.random.uniform(jax.random.key(1), shapes[1], minval=-1, maxval=1))
 
 
+def largest_batch(config, step, state, batch: int, budget_bytes: float, max_batch=None,
+                  place=lambda tree: tree, known=None):
+  """(largest batch within the budget or None, probes): the training iteration compiled
+  (never run) at doubling batches from `batch` until XLA's total exceeds `budget_bytes` (or
+  the batch `max_batch`); `place` gives the abstract arguments their device; `known`:
+  {batch: accounting} already compiled."""
+  largest, probes = None, []
+  while max_batch is None or batch <= max_batch:
+    acct = (known or {}).get(batch) or measure.compile_fn(
+        step, *place((*state, *inputs(config, batch, abstract=True))))[1]
+    fits = acct["total_bytes"] <= budget_bytes
+    probes.append({"batch": batch, "total_bytes": acct["total_bytes"],
+                   "temp_bytes": acct["temp_bytes"], "fits": fits})
+    print(f"batch {batch}: {acct['total_bytes'] / GIB:.2f} GiB", flush=True)
+    if not fits:
+      break
+    largest, batch = batch, batch * 2
+  return largest, probes
+
+
 def run(config) -> dict:
   rows, programs = {}, {}
   for variant in config.variants:
     g, d, source = build(config, variant)
-    z, real = _inputs(config, config.batch)
+    z, real = inputs(config, config.batch)
     fwd, fstate = forward_fn(g, d)
-    fwd_compiled, fwd_acct = efficiency.compile_fn(fwd, *fstate, z)
+    fwd_compiled, fwd_acct = measure.compile_fn(fwd, *fstate, z)
     step, tstate = train_fn(g, d)
-    step_compiled, step_acct = efficiency.compile_fn(step, *tstate, z, real)
+    step_compiled, step_acct = measure.compile_fn(step, *tstate, z, real)
     programs[(variant, "forward")] = (fwd_compiled, (*fstate, z))
     programs[(variant, "train")] = (step_compiled, (*tstate, z, real))
-    largest, probes = None, []
-    batch = config.batch
-    while batch <= config.max_batch:
-      if batch == config.batch:
-        acct = step_acct
-      else:
-        _, acct = efficiency.compile_fn(step, *tstate, *_inputs(config, batch, abstract=True))
-      fits = acct["total_bytes"] <= config.memory_budget_gib * GIB
-      probes.append({"batch": batch, "total_bytes": acct["total_bytes"],
-                     "temp_bytes": acct["temp_bytes"], "fits": fits})
-      print(f"{variant} batch {batch}: {acct['total_bytes'] / GIB:.2f} GiB", flush=True)
-      if not fits:
-        break
-      largest = batch
-      batch *= 2
+    largest, probes = largest_batch(config, step, tstate, config.batch,
+                                    config.memory_budget_gib * GIB, config.max_batch,
+                                    known={config.batch: step_acct})
     rows[variant] = dict(
-        variant=variant, source=source, params_g=efficiency.params_of(g),
-        params_d=efficiency.params_of(d), forward=fwd_acct, train=step_acct,
+        variant=variant, source=source, params_g=measure.params_of(g),
+        params_d=measure.params_of(d), forward=fwd_acct, train=step_acct,
         largest_batch=largest, probes=probes,
-        madd_forward=efficiency.madd_of(fwd, *fstate, z) / config.batch,
+        madd_forward=measure.madd_of(fwd, *fstate, z) / config.batch,
         paper=dict(config.paper).get(variant))
   for program in ("forward", "train"):
     chosen = {k: v for k, v in programs.items() if k[1] == program}
-    for (variant, _), t in efficiency.time_side_by_side(
+    for (variant, _), t in measure.time_side_by_side(
         chosen, config.repeats, config.min_sample_s).items():
       rows[variant][program]["time_s"] = t["time_s"]
       rows[variant][program]["time_samples"] = t["samples"]
@@ -147,8 +155,7 @@ def markdown(config, result, machine_line: str) -> str:
   b = config.batch
   lines = [
       f"# {config.title}", "",
-      f"Measured on {machine_line}. Command: `python -m experiments.efficiency "
-      f"--config=configs/efficiency/{config.table}.py`.", "",
+      f"Measured on {machine_line}. Command: `{measure.command_of(config)}`.", "",
       f"Batch {b}, {config.image_size}×{config.image_size} images, z of {config.z_dim}, width "
       f"{config.width}, float32. Forward = "
       "evaluation-mode D(G(z)); backward = one training iteration (D hinge loss on real + "
@@ -174,7 +181,7 @@ def markdown(config, result, machine_line: str) -> str:
     else:
       largest_s = f"≥ {largest}" if r["probes"][-1]["fits"] else str(largest)
     lines.append(
-        f"| {efficiency.LABELS[r['variant']]} | {r['source']} | "
+        f"| {measure.LABELS[r['variant']]} | {r['source']} | "
         f"{(r['params_g'] + r['params_d']) / 1e6:.2f}M | {r['madd_forward'] / 1e9:.2f}G | "
         f"{fwd30k:.2f} | {p[0]:.3f} | {f['speedup']:.2f}× | {base_paper[0] / p[0]:.2f}× | "
         f"{bwd10:.2f} | {p[1]:.3f} | {t['speedup']:.2f}× | {base_paper[1] / p[1]:.2f}× | "
@@ -184,9 +191,7 @@ def markdown(config, result, machine_line: str) -> str:
                 (r["probes"] for r in result["rows"]), key=len)) + " |",
             "|---|" + "---|" * max(len(r["probes"]) for r in result["rows"])]
   for r in result["rows"]:
-    lines.append(f"| {efficiency.LABELS[r['variant']]} | " + " | ".join(
+    lines.append(f"| {measure.LABELS[r['variant']]} | " + " | ".join(
         f"{p['total_bytes'] / GIB:.2f}{'' if p['fits'] else ' (over)'}" for p in r["probes"])
         + " |")
-  if config.get("notes"):
-    lines += ["", "## Notes", "", config.notes]
   return "\n".join(lines) + "\n"

@@ -6,9 +6,6 @@ The Refined-SA tables' SAGAN / ISAGAN / SGAN are the registry's
 `sagan_generator` / `sagan_discriminator` (experiments/efficiency_gan.py).
 """
 
-import contextlib
-from unittest import mock
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,7 +52,7 @@ def _INIT(key, shape, dtype=jnp.float32):  # pylint: disable=invalid-name
   return jnp.asarray(np.random.default_rng(seed).normal(0.0, 0.02, shape), dtype)
 
 
-# Builders of the Ham Table 3 rows (used by experiments/efficiency.py and bench_ops.py).
+# Builders of the Ham Table 3 rows (experiments/efficiency.py, experiments/performance_goals.py).
 
 
 def build_module(name: str, channels: int, config):
@@ -66,8 +63,7 @@ def build_module(name: str, channels: int, config):
     return layers.GlobalAttention(channels, "softmax", num_heads=1, project="qkv",
                                   out_features=channels, rngs=rngs)
   if name == "a2":
-    return DoubleAttention(channels, config.a2_features, config.a2_features,
-                                              rngs=rngs)
+    return DoubleAttention(channels, config.a2_features, config.a2_features, rngs=rngs)
   if name in ("ham_cd", "ham_nmf"):
     return layers.Hamburger(channels, ham=name[4:], dim=config.ham_dim, rank=config.ham_rank,
                             train_steps=config.ham_steps, eval_steps=config.ham_steps,
@@ -75,34 +71,10 @@ def build_module(name: str, channels: int, config):
   raise ValueError(f"unknown module {name!r}")
 
 
-def _unrolled_fori_loop(lower, upper, body, init, **_):
-  state = init
-  for i in range(lower, upper):
-    state = body(i, state)
-  return state
-
-
-@contextlib.contextmanager
-def unrolled_loops():
-  """Traces `lax.fori_loop` with static bounds as straight-line code.
-
-  XLA's cost_analysis counts a while-loop body once whatever its trip count, so
-  FLOPs of programs with solver loops are counted on the unrolled program. JAX's
-  trace caches are cleared on entry and exit: a function jitted before would
-  otherwise give its cached (looped) program inside, and the unrolled one after.
-  """
-  jax.clear_caches()
-  try:
-    with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
-      yield
-  finally:
-    jax.clear_caches()
-
-
 def ham_flops(name, channels, side, config, program: str) -> float:
   """XLA flops of a Hamburger with every solver step counted (loops unrolled for counting)."""
   model = build_module(name, channels, config)
-  with unrolled_loops():
+  with measure.unrolled_loops():
     return module_program(model, program, config.batch, side, channels)[1]["xla_flops"]
 
 

@@ -22,13 +22,9 @@ the KANets, ResNet-50 for the AA-ResNet-50s), beside the paper's ratios
 GPU; AA Table 2: Δ_Train of AA (υ = 0.25) over ResNet-50, +25%, V100, batch 128).
 """
 
-import json
-import pathlib
-
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
 from attention_lab import models
 from experiments import measure
@@ -36,82 +32,55 @@ from experiments import measure
 GB = 1e9
 
 
-def _model(name: str, overrides: dict, image_size: int, abstract: bool, dtype: str = "float32"):
-  """The network with float32 parameters computing in `dtype`."""
-  build = lambda: models.create(name, num_classes=1000, rngs=nnx.Rngs(0),
-                                image_size=image_size, **{"dtype": dtype, **overrides})
-  model = nnx.eval_shape(build) if abstract else build()
-  model.train()
-  return model
-
-
-def train_step_program(model, tx):
-  """(step, (params, rest, opt_state)) — step(params, rest, opt_state, images, labels)."""
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-
-  def step(params, rest, opt_state, images, labels):
-    def loss_fn(params):
-      m = nnx.merge(graphdef, params, rest, copy=True)
-      logits = m(images)
-      loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-      return loss, nnx.state(m, nnx.Not(nnx.Param))
-
-    (loss, new_rest), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), new_rest, opt_state, loss
-
-  opt_state = (jax.eval_shape(tx.init, params)
-               if isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct)
-               else tx.init(params))
-  return step, (params, rest, opt_state)
+def _build(name: str, overrides: dict, config):
+  """The network's builder: float32 parameters computing in `config.dtype`."""
+  return lambda rngs: models.create(name, num_classes=1000, rngs=rngs,
+                                    image_size=config.image_size,
+                                    **{"dtype": _dtype(config), **overrides})
 
 
 def _dtype(config) -> str:
   return config.get("dtype", "float32")
 
 
-def _optimizer(config):
-  return optax.sgd(config.learning_rate, momentum=0.9)
+def _step(name, overrides, config, abstract: bool):
+  """The train step (softmax cross-entropy, SGD momentum 0.9) and its state."""
+  loss = lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
+      logits, labels).mean()
+  return measure.train_step(_build(name, overrides, config),
+                            optax.sgd(config.learning_rate, momentum=0.9), loss,
+                            abstract=abstract)
+
+
+def _batch(config, batch: int, abstract: bool):
+  shape = (batch, config.image_size, config.image_size, 3)
+  if abstract:
+    return jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct((batch,), jnp.int32)
+  key = jax.random.key(1)
+  return jax.random.normal(key, shape), jax.random.randint(key, (batch,), 0, 1000)
 
 
 def memory_at(name, overrides, config) -> dict:
-  """XLA accounting of one train step at the paper's batch, compiled from shapes only."""
-  model = _model(name, overrides, config.image_size, abstract=True, dtype=_dtype(config))
-  step, state = train_step_program(model, _optimizer(config))
-  images = jax.ShapeDtypeStruct((config.paper_batch, config.image_size, config.image_size, 3),
-                                jnp.float32)
-  labels = jax.ShapeDtypeStruct((config.paper_batch,), jnp.int32)
-  compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(*state, images, labels).compile()
-  mem = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
-  cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
-  acct = {"temp_bytes": int(mem.temp_size_in_bytes), "arg_bytes": int(mem.argument_size_in_bytes),
-          "out_bytes": int(mem.output_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes),
-          "xla_flops": float(cost.get("flops", float("nan")))}
-  acct["peak_bytes"] = (acct["temp_bytes"] + acct["arg_bytes"] + acct["out_bytes"]
-                        - acct["alias_bytes"])
-  return acct
+  """XLA accounting of one train step at the paper's batch, compiled from shapes only, the
+  state donated as the trainer does."""
+  step, state = _step(name, overrides, config, abstract=True)
+  return measure.compile_fn(step, state, *_batch(config, config.paper_batch, True),
+                            donate_argnums=0)[1]
 
 
 def timed_program(name, overrides, config):
   """(compiled step, concrete args) at `time_batch`; the step donates nothing, so one set of
   arguments serves every timed call (the update is still computed and written out)."""
-  model = _model(name, overrides, config.image_size, abstract=False, dtype=_dtype(config))
-  step, state = train_step_program(model, _optimizer(config))
-  key = jax.random.key(1)
-  images = jax.random.normal(key, (config.time_batch, config.image_size, config.image_size, 3))
-  labels = jax.random.randint(key, (config.time_batch,), 0, 1000)
-  args = (*state, images, labels)
-  return jax.jit(step).lower(*args).compile(), args
+  step, state = _step(name, overrides, config, abstract=False)
+  args = (state, *_batch(config, config.time_batch, False))
+  return measure.compile_fn(step, *args)[0], args
 
 
 def _with_fused_attention(nets, config) -> list:
   """The comparison's nets plus, for each net in `config.fused_nets`, the same net with the
   device's fused regular attention (experiments/efficiency_fused.py; none on a CPU)."""
   from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
-  choice = config.get("fused_attention", "auto")
-  kernel = efficiency_fused.kernel_for() if choice == "auto" else (
-      None if choice in ("none", "") else choice)
+  kernel = efficiency_fused.kernel_of(config)
   if not kernel:
     return nets
   extra = [dict(n, label=f"{n['label']} ({efficiency_fused.LABELS[kernel]})", fused=kernel,
@@ -160,10 +129,9 @@ def run(config) -> dict:
     base = next(n for n in nets if n["label"] == comparison["baseline"])
     for net in nets:
       t = times[net["label"]]
+      params = _step(net["model"], dict(net.get("overrides", {})), config, True)[1]["params"]
       net.update(time_s=t["time_s"], time_samples=t["samples"],
-                 params=sum(x.size for x in jax.tree.leaves(
-                     nnx.state(_model(net["model"], dict(net.get("overrides", {})),
-                                      config.image_size, True), nnx.Param))))
+                 params=sum(x.size for x in jax.tree.leaves(params)))
     for net in nets:
       net["memory_ratio"] = net["memory"]["peak_bytes"] / base["memory"]["peak_bytes"]
       net["time_ratio"] = net["time_s"] / times[comparison["baseline"]]["time_s"]
@@ -182,13 +150,9 @@ def run(config) -> dict:
 
 def _write_partial(config, result):
   """Writes the comparisons measured so far (a long run keeps what it has if stopped)."""
-  out_dir = pathlib.Path(config.get("out_dir", "") or measure.RESULTS)
-  out_dir.mkdir(parents=True, exist_ok=True)
   result = {**result, "machine": measure.machine(), "partial": True}
-  (out_dir / f"{measure.output_stem(config)}.json").write_text(
-      json.dumps(result, indent=1, default=str))
-  (out_dir / f"{measure.output_stem(config)}.md").write_text(
-      markdown(config, result, measure.machine_line(result["machine"])))
+  measure.write(measure.out_dir_of(config), measure.output_stem(config), result,
+                markdown(config, result, measure.machine_line(result["machine"])))
 
 
 def _goal(config, rows) -> dict:
@@ -234,6 +198,4 @@ def markdown(config, result, machine_line: str) -> str:
   if goal:
     lines += ["", f"Performance goal: {goal['what']}: measured {goal['ratio']:.3f}× — "
               f"{'met' if goal['met'] else 'NOT met'}."]
-  if config.get("notes"):
-    lines += ["", "## Notes", "", config.notes]
   return "\n".join(lines) + "\n"

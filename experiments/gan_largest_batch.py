@@ -16,11 +16,10 @@ shown side by side in gan_largest_batch.md.
 """
 
 import json
-import pathlib
 
 import jax
 import ml_collections
-from absl import app, flags
+from absl import flags
 
 from attention_lab import devices
 from experiments import efficiency_gan
@@ -34,9 +33,9 @@ _BUDGET = flags.DEFINE_float("budget_gib", 11.0, "Memory budget in GiB (XLA:CPU 
 _GPU = flags.DEFINE_string("gpu", None, "Compile for this GPU (e.g. gtx_1080_ti) instead of "
                            "the CPU; the budget is its device memory.")
 
-GIB = 2**30
+GIB = measure.GIB
 PAPER = {"sagan": "256 (64×64)", "isagan": "≥ 1024 (64×64)", "sgan": "≥ 1024 (64×64)"}
-OUT = pathlib.Path(__file__).parent / "results"
+OUT = measure.RESULTS
 
 
 def _on(device, tree):
@@ -53,28 +52,17 @@ def largest_batches(config, device, budget_bytes: int) -> list[dict]:
   for variant in _VARIANTS.value:
     g, d, source = efficiency_gan.build(config, variant)
     step, state = efficiency_gan.train_fn(g, d)
-    batch, largest, probes = _START.value, None, []
-    while True:
-      inputs = efficiency_gan._inputs(  # pylint: disable=protected-access
-          config, batch, abstract=True)
-      _, acct = measure.compile_fn(step, *_on(device, state), *_on(device, inputs))
-      fits = acct["total_bytes"] <= budget_bytes
-      probes.append({"batch": batch, "total_gib": acct["total_bytes"] / GIB, "fits": fits})
-      print(variant, probes[-1], flush=True)
-      if not fits:
-        break
-      largest, batch = batch, batch * 2
+    largest, probes = efficiency_gan.largest_batch(config, step, state, _START.value,
+                                                   budget_bytes, place=lambda t: _on(device, t))
     rows.append({"variant": variant, "source": source, "largest_batch": largest,
-                 "probes": probes, "paper": PAPER[variant]})
+                 "probes": [{"batch": p["batch"], "total_gib": p["total_bytes"] / GIB,
+                             "fits": p["fits"]} for p in probes], "paper": PAPER[variant]})
   return rows
 
 
 def _load() -> dict:
   path = OUT / "gan_largest_batch.json"
-  old = json.loads(path.read_text()) if path.exists() else {}
-  if "rows" in old:  # one XLA:CPU run, as written before runs were kept by target
-    old = {"runs": {"cpu": {**old, "compiler": "XLA:CPU"}}}
-  return old.get("runs", {})
+  return json.loads(path.read_text())["runs"] if path.exists() else {}
 
 
 def markdown(runs: dict) -> str:
@@ -127,4 +115,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  measure.run(main)

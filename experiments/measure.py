@@ -1,12 +1,19 @@
-"""Measuring helpers shared by the efficiency tables (experiments/efficiency.py).
+"""The efficiency harness: what every table of experiments/ measures and writes alike.
 
-XLA accounting of a compiled program (cost_analysis flops, memory_analysis
-temporaries / arguments / outputs), multiply-adds of a traced function,
-interleaved side-by-side timing (median of samples after warm-up, each ended
-by jax.block_until_ready), parameter counts, and NNX inference / training
-step builders. No flags are defined here, so table modules can import it.
+- Accounting: `compile_fn` compiles a function and reads XLA's `cost_analysis()`
+  (flops, bytes accessed) and `memory_analysis()` (temporaries, arguments,
+  outputs); `unrolled_loops` makes the flops count every step of a solver loop;
+  `madd_of` counts multiply-adds of a traced function (the papers' convention).
+- Programs: `inference_fn` / `training_fn` for a layer, `train_step` for a
+  whole network (the library's `TrainableModel`, as the tasks train it).
+- Time: `time_side_by_side`, interleaved rounds, median of samples.
+- Output: `write` puts <stem>.{md,json} with the machine they ran on;
+  `run(main)` is the command wrapper (a bad flag or config value: one line, exit 2).
+No flags are defined here, so table modules can import it.
 """
 
+import contextlib
+import json
 import math
 import os
 import pathlib
@@ -14,11 +21,14 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
+from absl import app
 from flax import nnx
 
+from attention_lab import cli
 from experiments.model_stats import count_madd
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -29,6 +39,17 @@ LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao
           "kao_kv": "KAO_KV", "kao_qkv": "KAO_QKV", "sa": "SA", "a2": "A²",
           "ham_cd": "Ham (CD)", "ham_nmf": "Ham (NMF)", "sagan": "SAGAN", "isagan": "ISAGAN",
           "sgan": "SGAN", "sa_fused": "SA (fused attention)"}
+
+
+def run(main: Callable) -> None:
+  """`app.run(main)` for a command of experiments/: a ValueError (a bad flag or config value)
+  is printed as one line `error: ...` and exits with status 2, without a traceback."""
+  def guarded(argv):
+    try:
+      return main(argv)
+    except ValueError as e:
+      cli.fail((str(e).strip().splitlines() or [type(e).__name__])[0])
+  app.run(guarded, flags_parser=cli.parse_flags)
 
 
 def output_stem(config) -> str:
@@ -44,8 +65,28 @@ def command_of(config) -> str:
           + ("" if dtype == "float32" else f" --config.dtype={dtype}"))
 
 
-# ----------------------------------------------------------------------------------------------
-# Measuring: XLA accounting and side-by-side timing.
+def out_dir_of(config) -> pathlib.Path:
+  """`config.out_dir`, or experiments/results; created."""
+  out = pathlib.Path(config.get("out_dir", "") or RESULTS)
+  out.mkdir(parents=True, exist_ok=True)
+  return out
+
+
+NOTES = "<!-- The notes below are kept when the table is regenerated. -->"
+
+
+def write(out: pathlib.Path, stem: str, result, text: str) -> str:
+  """Writes <out>/<stem>.json (the result, unless None) and <stem>.md (text, then the notes
+  of the md file it replaces: everything from the `NOTES` line on, the measurement
+  narrative). Returns the markdown written."""
+  md = out / f"{stem}.md"
+  old = md.read_text() if md.exists() else ""
+  if NOTES in old:
+    text = text.rstrip("\n") + "\n\n" + old[old.index(NOTES):]
+  if result is not None:
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
+  md.write_text(text)
+  return text
 
 
 def machine() -> dict:
@@ -67,9 +108,12 @@ def machine_line(m: dict | None = None) -> str:
   return f"{m['cpu']}, {m['cores']} cores, device {m['device']}, jax {m['jax']}"
 
 
-def compile_fn(fn: Callable, *args):
-  """Compiles fn for args (arrays or ShapeDtypeStructs); returns (compiled, XLA accounting)."""
-  compiled = jax.jit(fn).lower(*args).compile()
+# ----------------------------------------------------------------------------------------------
+# XLA accounting.
+
+
+def accounting(compiled) -> dict:
+  """XLA's cost and memory analysis of a compiled program."""
   mem = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
@@ -77,14 +121,55 @@ def compile_fn(fn: Callable, *args):
           "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
           "temp_bytes": int(mem.temp_size_in_bytes),
           "arg_bytes": int(mem.argument_size_in_bytes),
-          "out_bytes": int(mem.output_size_in_bytes)}
+          "out_bytes": int(mem.output_size_in_bytes),
+          "alias_bytes": int(mem.alias_size_in_bytes)}
   acct["total_bytes"] = acct["temp_bytes"] + acct["arg_bytes"] + acct["out_bytes"]
-  return compiled, acct
+  # What one device holds during the step: donated arguments are reused for outputs.
+  acct["peak_bytes"] = acct["total_bytes"] - acct["alias_bytes"]
+  return acct
+
+
+def compile_fn(fn: Callable, *args, donate_argnums=()):
+  """Compiles fn for args (arrays or ShapeDtypeStructs); returns (compiled, XLA accounting)."""
+  compiled = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
+  return compiled, accounting(compiled)
+
+
+def _unrolled_fori_loop(lower, upper, body, init, **_):
+  state = init
+  for i in range(lower, upper):
+    state = body(i, state)
+  return state
+
+
+@contextlib.contextmanager
+def unrolled_loops():
+  """Traces `lax.fori_loop` with static bounds as straight-line code.
+
+  XLA's cost_analysis counts a while-loop body once whatever its trip count, so
+  FLOPs of programs with solver loops are counted on the unrolled program. JAX's
+  trace caches are cleared on entry and exit: a function jitted before would
+  otherwise give its cached (looped) program inside, and the unrolled one after.
+  """
+  jax.clear_caches()
+  try:
+    with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
+      yield
+  finally:
+    jax.clear_caches()
 
 
 def madd_of(fn: Callable, *args) -> int:
   """Multiply-adds of the dot products and convolutions of fn's jaxpr (loops × trip count)."""
   return count_madd(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+def params_of(model) -> int:
+  return sum(math.prod(v.shape) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Time.
 
 
 def _sample(compiled, args, inner: int) -> float:
@@ -118,8 +203,8 @@ def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
           for name, s in samples.items()}
 
 
-def params_of(model) -> int:
-  return sum(math.prod(v.shape) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
+# ----------------------------------------------------------------------------------------------
+# Programs: a layer's forward or forward + backward, a network's train step.
 
 
 def inference_fn(model):
@@ -130,7 +215,7 @@ def inference_fn(model):
 
 
 def training_fn(model):
-  """(fn(params, rest, x, g) -> (grads, new rest), params, rest): one forward + backward.
+  """(fn(params, rest, x, g) -> (grads, new rest), params, rest): a layer's forward + backward.
 
   The loss is <out, g> for a fixed cotangent g (as inside a network), gradients
   w.r.t. the parameters and the input; non-parameter state (batch-norm
@@ -150,3 +235,26 @@ def training_fn(model):
     return grads, new_rest
 
   return step, params, rest
+
+
+def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):
+  """(step(state, inputs, targets) -> state, state) of a whole network, as a task trains it.
+
+  The library's `TrainableModel` (attention_lab/train/tasks/base.py) of `build`
+  and the optax `tx`: loss(outputs, targets) → scalar, gradients of every
+  parameter, non-parameter variables carried, the optimizer update applied.
+  `abstract`: the state as ShapeDtypeStructs (compile for memory only).
+  Compile with `donate_argnums=0` for the trainer's memory (state donated).
+  """
+  from attention_lab.train.tasks import base  # pylint: disable=g-import-not-at-top
+  net = base.TrainableModel(build, tx, 0)
+
+  def step(state, inputs, targets):
+    def loss_fn(params):
+      model = net.model({**state, "params": params}, train=True)
+      return loss(model(inputs), targets), base.non_params(model)
+
+    grads, rest = jax.grad(loss_fn, has_aux=True)(state["params"])
+    return net.update(state, grads, rest)
+
+  return step, jax.eval_shape(net.init) if abstract else net.init()

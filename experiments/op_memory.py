@@ -1,4 +1,4 @@
-"""XLA memory accounting of the operators (issue 2 acceptance numbers).
+"""XLA memory accounting of the operators: what they hold beyond their inputs and outputs.
 
   python -m experiments.op_memory
 
@@ -13,27 +13,28 @@ machine) and writes experiments/results/op_memory.md with temporary bytes from
   gradient: flat; BPTT grows).
 """
 
-import pathlib
-
 import jax
 import jax.numpy as jnp
 
 from attention_lab import ops
+from experiments import measure
 
 _S = jax.ShapeDtypeStruct
 _F32 = jnp.float32
 
 
 def _memory(fn, *args):
-  m = jax.jit(fn).lower(*args).compile().memory_analysis()
-  return m.temp_size_in_bytes, m.argument_size_in_bytes + m.output_size_in_bytes
+  """(temporary bytes, argument + output bytes) of fn compiled for args."""
+  acct = measure.compile_fn(fn, *args)[1]
+  return acct["temp_bytes"], acct["arg_bytes"] + acct["out_bytes"]
 
 
 def _grad_of_square_sum(fn, argnums=0):
   return jax.grad(lambda *a: jnp.sum(jnp.square(fn(*a))), argnums=argnums)
 
 
-def main():
+def main(argv):
+  del argv
   lines = ["# Operator memory (XLA memory_analysis, float32)", ""]
   lines += ["| operator | size | temp bytes | in+out bytes | temp / (in+out) |", "|---|---|---|---|---|"]
   for n, c in ((14, 64), (28, 128), (56, 256)):
@@ -71,12 +72,8 @@ def main():
       row.append(_memory(fn, _S((2, 1024, 64), _F32), _S((2, 64, 16), _F32))[0])
     lines.append(f"| {steps} | {row[0]} | {row[1]} |")
 
-  text = "\n".join(lines) + "\n"
-  out = pathlib.Path(__file__).parent / "results" / "op_memory.md"
-  out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(text)
-  print(text)
+  print(measure.write(measure.RESULTS, "op_memory", None, "\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":
-  main()
+  measure.run(main)

@@ -3,8 +3,9 @@
   python -m experiments.plots
 
 One PNG per table that had none, written beside its results file and linked from it:
-SAO Table 5 (sao_table5.png), Refined-SA Tables 2-3 (isa_tables.png), AA Table 9's
-counts (aa_table9_counts.png, made by experiments/aa_table9_counts.py with
+SAO Table 5 (sao_table5.png), Refined-SA Tables 2-3 (isa_tables.png) and AA Table 9
+(aa_table9.png), also drawn by experiments.efficiency when it writes those tables; AA
+Table 9's counts (aa_table9_counts.png, made by experiments/aa_table9_counts.py with
 `grouped_bars`), the model counts (model_stats.png), Ham Table 9 (ham_table9.png, by
 experiments/ham_table9.py). Each panel puts ours beside the paper's numbers.
 """
@@ -17,7 +18,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
-from absl import app  # noqa: E402  pylint: disable=g-import-not-at-top
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 
@@ -110,22 +110,20 @@ def model_stats_plot():
   link("model_stats.md", path.name, "Plot (ours − paper per row, %)")
 
 
-def sao_table5_plot():
+def sao_table5_plot(result, path):
   """Memory and time ratios against each comparison's baseline, ours beside the paper's."""
-  rows = _load("sao_table5")["rows"]
+  rows = result["rows"]
   groups = [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows]
   panels = [(f"{what} ratio to the baseline", {
       "paper": [r.get(f"paper_{what}_ratio") for r in rows],
       "ours": [r[f"{what}_ratio"] for r in rows]}) for what in ("memory", "time")]
-  path = grouped_bars(RESULTS / "sao_table5.png",
-                      "SAO Table 5: training-step memory and time (ratios)", groups, panels,
-                      rotate=60)
-  link("sao_table5.md", path.name, "Plot (ratios, ours beside the paper's)")
+  return grouped_bars(path, "SAO Table 5: training-step memory and time (ratios)", groups,
+                      panels, rotate=60)
 
 
-def isa_tables_plot():
+def isa_tables_plot(result, path):
   """Forward / backward speed-ups over SAGAN and the largest batch, ours beside the paper's."""
-  rows = _load("isa_tables")["rows"]
+  rows = result["rows"]
   base = rows[0]["paper"]
   groups = [r["variant"].upper() for r in rows]
   largest = lambda v: float(str(v).replace("≥", "").strip())
@@ -136,17 +134,46 @@ def isa_tables_plot():
                                         "ours": [r["train"]["speedup"] for r in rows]}),
       ("largest batch (paper: 11 GB GPU; ours: 11 GiB)", {
           "paper": [largest(r["paper"][2]) for r in rows],
-          "ours": [r["largest_batch"] for r in rows]})]
-  path = grouped_bars(RESULTS / "isa_tables.png", "Refined-SA Tables 2-3", groups, panels)
-  link("isa_tables.md", path.name, "Plot (ours beside the paper's; paper's ≥ 1024 drawn at 1024)")
+          "ours": [r["largest_batch"] or 0 for r in rows]})]
+  return grouped_bars(path, "Refined-SA Tables 2-3", groups, panels)
+
+
+def aa_table9_plot(result, path):
+  """Per stage: the attention maps' bytes by arithmetic (bfloat16, the paper's; float32, ours)
+  beside XLA's temporaries of the attention op alone."""
+  rows = result["rows"]
+  kb = lambda b: b / 1024
+  panels = [("KB per layer (log)", {
+      "paper: Nh·(HW)² bf16": [kb(r["maps_bf16_bytes"]) for r in rows],
+      "ours: Nh·(HW)² f32": [kb(r["maps_f32_bytes"]) for r in rows],
+      "XLA temp, op inference": [kb(r["op_infer"]["temp_bytes"]) for r in rows],
+      "XLA temp, op training": [kb(r["op_train"]["temp_bytes"]) for r in rows]})]
+  return grouped_bars(path, "AA Table 9: attention-map memory per layer",
+                      [r["stage"] for r in rows], panels, log=True)
+
+
+TABLE_PLOTS = {  # an efficiency table's name: (plot, caption of its link)
+    "sao_table5": (sao_table5_plot, "Plot (ratios, ours beside the paper's)"),
+    "isa_tables": (isa_tables_plot, "Plot (ours beside the paper's; paper's ≥ 1024 drawn at "
+                                    "1024)"),
+    "aa_table9": (aa_table9_plot, "Plot (per layer, log scale)")}
+
+
+def table_plot(name: str, result, out_dir=RESULTS, stem: str | None = None) -> str:
+  """Draws <out_dir>/<stem or name>.png of an efficiency table's result; returns the markdown
+  line that links it (experiments.efficiency appends it to the table)."""
+  plot, caption = TABLE_PLOTS[name]
+  path = plot(result, pathlib.Path(out_dir) / f"{stem or name}.png")
+  return f"{caption}: [{path.name}]({path.name})"
 
 
 def main(argv):
   del argv
   model_stats_plot()
-  sao_table5_plot()
-  isa_tables_plot()
+  for name, (plot, caption) in TABLE_PLOTS.items():
+    link(f"{name}.md", plot(_load(name), RESULTS / f"{name}.png").name, caption)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  measure.run(main)

@@ -1,4 +1,4 @@
-"""Issue 17: relative self-attention (AA Eq. 3-4) beside timm's BottleneckAttn; AA-ResNet-50.
+"""Relative self-attention (AA Eq. 3-4) beside timm's BottleneckAttn; AA-ResNet-50 beside ResNet-50.
 
   python -m experiments.relative_timm --config=configs/efficiency/relative_timm.py[:tiny]
 
@@ -21,14 +21,14 @@ import time
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags
+from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
 from attention_lab import layers, models
 from experiments import measure
 
-GIB = 2**30
+GIB = measure.GIB
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def _ms(t):
 def markdown(config, result) -> str:
   m = result["machine"]
   lines = [
-      "# Issue 17: relative self-attention beside timm's BottleneckAttn", "",
+      "# Relative self-attention beside timm's BottleneckAttn", "",
       f"Measured on {measure.machine_line(m)}; torch {result.get('torch', 'not installed')}, "
       f"timm {result.get('timm', 'not installed')} ({result.get('torch_threads', '?')} threads). "
       "Command: `python -m experiments.relative_timm "
@@ -193,7 +193,7 @@ def markdown(config, result) -> str:
       f"Case: 1×1 qkv projection + 2D relative self-attention, batch {config.batch}, "
       f"{config.channels} channels, {config.heads} heads × {config.head_dim}. Ours: "
       "`GlobalAttention(relative, project='qkv', use_bias=False)` with the library default "
-      "(`query_chunk_size='auto'`), *after*; *before* = the operator before issue 17 "
+      "(`query_chunk_size='auto'`), *after*; *before* = the operator before its blocked custom VJP "
       "(unchunked, its default; chunk 448 at 112²; in git history, "
       "`experiments/relative_timm.py` at commit 1ab22cf), in the rows measured while it was "
       "kept. Times: median (min) of interleaved "
@@ -242,8 +242,6 @@ def markdown(config, result) -> str:
       lines.append(f"| {label} | {_ms(r['time_s'])} ({_ms(r['min_s'])}) | "
                    f"{r['temp_bytes'] / 2**20:.0f} | {r['xla_flops'] / 1e9:.1f} | "
                    f"{r['time_s'] / rn['resnet50']['time_s']:.3f}× |")
-  if result.get("extra_md"):
-    lines += ["", result["extra_md"]]
   return "\n".join(lines) + "\n"
 
 
@@ -285,8 +283,7 @@ def main(argv):
   del argv
   config = flags.FLAGS.config
   result = run(config)
-  out = pathlib.Path(config.out_dir) if config.out_dir else measure.RESULTS
-  out.mkdir(parents=True, exist_ok=True)
+  out = measure.out_dir_of(config)
   saved = out / "relative_timm.json"
   if config.merge and saved.exists():  # keep the sizes (and ResNets) this run did not measure
     previous = json.loads(saved.read_text())
@@ -295,16 +292,11 @@ def main(argv):
       result["resnets"] = previous["resnets"]
     result["goals"] = {**previous.get("goals", {}), **result["goals"]}
     result["note"] = "Sizes measured in separate runs where the rows say so. "
-  notes = out / "relative_timm_notes.md"
-  if notes.exists():
-    result["extra_md"] = notes.read_text()
-  (out / "relative_timm.json").write_text(json.dumps(result, indent=1, default=str))
-  (out / "relative_timm.md").write_text(markdown(config, result))
-  print(markdown(config, result))
+  print(measure.write(out, "relative_timm", result, markdown(config, result)))
 
 
 if __name__ == "__main__":
   # Defined here, not at import: tests import this module beside experiments.efficiency,
   # which defines its own --config.
   config_flags.DEFINE_config_file("config", None, "relative_timm config.")
-  app.run(main)
+  measure.run(main)

@@ -18,32 +18,6 @@ Hardware/runtime: about 5 minutes on a 2-core CPU (SA training at 128² is
 
 import ml_collections
 
-NOTES = """\
-- Parameters: the paper's "M" are 2²⁰ units: SA 4·(512² + 512) = 1,050,624 = 1.00 Mi, Ham
-  2·512² + 512 + 2·512 = 525,824 = 0.50 Mi (both exact); our A² (four 512×512 maps with
-  biases) is 1.00 Mi against the paper's 1.01M (the reference A² block may carry a norm).
-- MACs: SA (292.1G) and A² (25.8G) match. Ham: ours counts the lower bread (N·C·d = 4.29G),
-  the solver's dot products with K = 6 loop steps and the final codes update (the official
-  `compute_coef`; issue 11), and the upper bread as the layer computes it, on the low-rank
-  factors: W_u(codes·basesᵀ) = codes·(basesᵀW_u), r·d·C + N·r·C = 0.55G. The paper convolves
-  the (N, d) reconstruction instead: N·r·d + N·d·C = 4.83G, 4.28G more than ours. So CD 12.0G
-  and NMF 12.7G against the paper's 16.2G / 17.6G. Both solvers take 2K + 1 products of
-  N·d·r = 0.54G: NMF reuses x·bases of its first step for the initial codes softmax(x·bases)
-  and draws the final codes from the last step's bases; CD and VQ never read their initial
-  codes, so they are not computed (the reference computes them: +0.54G). With the paper's
-  form (the layer before stop 8) CD and NMF were 16.8G (+3.7%) and 16.9G (−3.8%), the rest
-  being torchprofile's counts of the solvers' elementwise updates.
-- Training memory: with the one-step gradient (HamNet) the backward pass differentiates only
-  the final codes update, the whole loop being frozen: 105 MB (CD) and 147 MB (NMF) of
-  temporaries, against 219 / 185 MB when the last loop step was differentiated too.
-- Memory: the paper's "MB" of GPU load are MiB: our SA inference total, 2,252 MB = 2,148 MiB,
-  equals the paper's 2148 exactly. Our Ham and A² totals include the 32 MiB input and output
-  and the parameters; the paper's load for those is ~100 MiB.
-- Times are CPU (2 cores, float32) against a TITAN Xp; the ratios against SA are what compare:
-  the MACs ratio is 23× (Ham) and 11× (A²); on this CPU SA's softmax over 16384² logits costs
-  beyond its MACs, hence larger speed-ups than the paper's GPU figures.
-"""
-
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -78,7 +52,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sweep_repeats = 5
   config.memory_budget_gib = 8.0
   config.sweep_note = "Batch 1, 512 channels, inference (evaluation mode)."
-  config.notes = NOTES
   if preset == "tiny":
     config.side = 8
     config.channels = 16

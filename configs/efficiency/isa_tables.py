@@ -21,17 +21,6 @@ norm) takes ~15 s.
 
 import ml_collections
 
-NOTES = """\
-- Largest batch: in an 11 GiB budget SAGAN trains at 128 and ISAGAN / SGAN at 512 by XLA's
-  accounting; the paper's 11 GB GTX 1080 Ti ran SAGAN at 256 and ISAGAN / SGAN at 1024 (its
-  largest test). The ratio — the refined block fits 4× the batch of the N×N one — is the
-  paper's; the absolute sizes differ with the architecture (residual SAGAN with spectral norm
-  here, the heykeetae DCGAN-style SAGAN there) and PyTorch's allocator.
-- Forward: ISAGAN 1.83× and SGAN 1.79× faster than SAGAN (paper 1.41×, 1.91×). Backward: 2.43×
-  and 2.44× (paper 1.97×, 2.51×). Measured on a quiet 2-core Intel Xeon CPU: the absolute
-  forward times are ~540× the paper's GPU; only the ratios compare.
-"""
-
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -51,7 +40,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.out_dir = ""
   config.render_only = False  # True: re-render the md / png from the saved json, no measuring
   config.spectral_norm = True  # SAGAN's; the tiny preset drops it to compile faster
-  config.notes = NOTES
   # Paper: (forward s per 30k images, backward s per 10 batches, largest batch 'ok').
   config.paper = (("sagan", (1.077, 5.992, "256")), ("isagan", (0.762, 3.049, "≥ 1024")),
                   ("sgan", (0.564, 2.390, "≥ 1024")))

@@ -14,19 +14,6 @@ Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 
 import ml_collections
 
-NOTES = """\
-- MAdd (dot products per example) matches within 3% at every size (Attn 0.61m vs 0.63m at 14²).
-- Memory: XLA's totals are ~half the paper's TensorFlow-profile figures; the savings agree to
-  0.1-0.5 points. KAO_QKV's total saving (99.67% at 56²) sits just under the paper's 99.73%:
-  the input and output (1.6 MB) bound it at 99.75%, and the library op's 0.46 MB of
-  temporaries (transposes and copies of the summaries) take the rest; the lean prototype of
-  experiments/bench_ops.py needs 0.06 MB, which would give 99.74% (performance_goals.md).
-- Time: at 8×14²×8 every operator is dispatch-bound (30-450 µs). Attn+Pool's speed-up jumps
-  at 28² (14×) because Attn's 8×784² float32 logits (19.7 MB) leave the cache while the pooled
-  ones (4.9 MB) stay; at 56² both are out of cache and the ratio (3.2×) approaches the 4× of
-  the logits count.
-"""
-
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -63,7 +50,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sweep_repeats = 5
   config.memory_budget_gib = 4.0
   config.sweep_note = "Batch 8, 8 channels, 1 head, Q = K = V."
-  config.notes = NOTES
   if preset == "tiny":
     config.sizes = ((6, 8), (8, 8))
     config.repeats = 1

@@ -1,8 +1,8 @@
-"""Issue 17: 2D relative self-attention (AA Eq. 3-4) beside timm's BottleneckAttn.
+"""2D relative self-attention (AA Eq. 3-4) beside timm's BottleneckAttn.
 
   python -m experiments.relative_timm --config=configs/efficiency/relative_timm.py
 
-Case (the issue's): forward + backward, and forward alone, of the 1×1 qkv
+Case: forward + backward, and forward alone, of the 1×1 qkv
 projection plus relative attention, batch 2, 256 channels, 8 heads × 32, grids
 14², 28², 56², 112². Ours is `layers.GlobalAttention(256, "relative",
 project="qkv", use_bias=False)` with the library default
@@ -12,11 +12,11 @@ num_heads=8, dim_head=32)` runs beside it when torch and timm are installed
 float32 (HW)² attention and relative logits alone are 2 × 10 GB per pass).
 Plus XLA temporaries and kernel / byte counts for ours, and `aa_resnet`
 (AA-ResNet-50 vs ResNet-50 forward + backward at 224², batch `resnet_batch`).
-The operator before issue 17 was timed beside these until its numbers were in
-experiments/results/relative_timm.{md,json} (the "before" columns); it is in
-git history (experiments/relative_timm.py at 1ab22cf).
+The "before" columns of experiments/results/relative_timm.{md,json} are the
+unchunked operator that preceded the blocked custom VJP (git history:
+experiments/relative_timm.py at 1ab22cf).
 
-Goals (issue 17): after ≤ timm in time at every size where timm runs (forward
+Goals: after ≤ timm in time at every size where timm runs (forward
 + backward and forward alone); after's temporaries at 56² ≤ 0.5 GiB; AA-ResNet-50
 ≤ 1.15× ResNet-50. Writes experiments/results/relative_timm.{md,json}.
 Hardware/runtime: 3 min on a quiet 2-core CPU for 14²-56² and the ResNets; 112² adds

@@ -14,20 +14,6 @@ Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 
 import ml_collections
 
-NOTES = """\
-- MAdd of SAO: 4·N·C with one head, the paper's 3.21m, 0.40m, 0.05m exactly: wᵀq_i, wᵀk_j,
-  and one GEMM [1, wᵀk_j]ᵀ/N @ v that gives v̄ and Σ_j (wᵀk_j) v_j together (the library's
-  plain-GEMM form; the earlier einsum form counted 3·N·C, leaving v̄ to a reduction).
-- Memory: the paper's TensorFlow-profile memory (5.04 GB for Attn at 56²×256) includes
-  framework buffers that XLA does not allocate; XLA's totals are ~60× smaller. The input and
-  the output (6.4 MB at 56²×256) are common to every operator, so the total saving of any
-  operator is bounded by 1 − (input + output) / Attn's total: 92.5% at 56²×256, below the
-  paper's 94.65% by construction. The saving on temporaries (the operator's own working
-  memory) is the like-for-like figure.
-- Small sizes are dominated by per-call dispatch (~10-40 µs on this CPU), which caps the
-  speed-ups at 14².
-"""
-
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -67,7 +53,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sweep_repeats = 5
   config.memory_budget_gib = 4.0
   config.sweep_note = "Batch 1, 64 channels, 1 head, Q = K = V."
-  config.notes = NOTES
   if preset == "tiny":
     config.sizes = ((6, 8), (8, 8))
     config.repeats = 1

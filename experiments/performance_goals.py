@@ -1,36 +1,31 @@
-"""Issue 5's performance goals as benchmark output (not timed tests).
+"""The library's performance goals, reported as met / not met with numbers (benchmarks, not tests).
 
   python -m experiments.efficiency --config=configs/efficiency/performance_goals.py
 
-Writes experiments/results/performance_goals.{md,json}: each goal met / not met
-with the numbers. Where the library was restructured for goals 2-3 (SAO as 2D
-GEMMs; the NMF bases numerator without a copy of xᵀ, then as an (R, D) product;
-the Hamburger's upper bread on the low-rank factors), the "before" forms are
-kept here and timed side by side with the library; the lean KAO_QKV, not
-adopted, is a prototype here.
-`config.goals` picks the goals to measure; the others are copied from the
-previous results JSON (so one goal can be re-measured alone).
+Writes experiments/results/performance_goals.{md,json}. `config.goals` picks the
+goals to measure; the others are copied from the saved JSON (so one goal can be
+re-measured alone). Every goal measures the current library against a floor of
+the hardware or the paper, in the same run:
 
 1. Ratios of SAO Table 2 / KAO Table 1 (read from their results JSON): every
    efficient operator's speed-up over Attn and memory saving ≥ the paper's.
 2. Close to the hardware: SAO at 56²×256 and KAO_QKV at 8×56²×8 take ≤ 3× one
-   elementwise read + write pass over the same input, measured in the same run.
+   elementwise read + write pass over the same input.
 3. Ham NMF inference at 1×512×128×128 takes ≤ 1.5× its compute floor: XLA
-   FLOPs (solver loop counted K times) / the FLOP/s of a large matmul measured
-   in the same run.
+   FLOPs (solver loop counted K times) / the FLOP/s of a large matmul.
 4. Ham one-step training memory (XLA temporaries of forward + backward) does
    not grow with the number of steps K (BPTT beside it).
 5. Query-chunked relative attention trains (forward + backward, batch 1,
    8 heads × 32) at 112×112 within 4 GiB of XLA temporaries; the unchunked
    form is compiled for its memory_analysis only (~19 GiB), never run.
+6. The ham (NMF, inference) ≥ 2× faster than the official PyTorch NMF2D
+   (optional `torch`; skipped without it).
 """
 
-import contextlib
 import json
 import os
 import pathlib
 import time
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -40,123 +35,8 @@ from flax import nnx
 from attention_lab import ops
 from experiments import measure
 
-GIB = 2**30
-MB = 1e6
-
-
-# ----------------------------------------------------------------------------------------------
-# "Before" forms of library code restructured for goals 2-3 (kept only to measure before /
-# after side by side), and prototypes of restructurings the library has not adopted.
-
-
-def siamese_attention_before(q, k, v, w):
-  """The SAO library op before the 2D-GEMM restructuring (same value, global term on).
-
-  Contracts "bqhd,hd->bqh" with the head axis as a dot batch dimension, which
-  makes XLA:CPU transpose the whole (B, N, H, D) input, and reduces v̄ and
-  Σ_j s_j v_j in two separate passes over v.
-  """
-  acc = jnp.promote_types(jnp.result_type(q, k, v, w), jnp.float32)
-  score_q = jnp.einsum("bqhd,hd->bqh", q, w, preferred_element_type=acc)
-  v_mean = jnp.mean(v, axis=1, dtype=acc)
-  score_k = jnp.einsum("bkhd,hd->bkh", k, w, preferred_element_type=acc)
-  shared = jnp.einsum("bkh,bkhe->bhe", score_k, v.astype(acc)) / k.shape[1]
-  return (score_q[..., None] * v_mean[:, None] + shared[:, None]).astype(v.dtype)
-
-
-def _nmf_with_bases_numerator(tokens_t_codes, doc):
-  """The NMF library solver, unblocked, with another form of its bases numerator xᵀ·codes.
-
-  Same algorithm and values as `ops.nmf` (K steps, then the final codes update; the
-  one-step gradient differentiates only the final update): each step reads x twice.
-  """
-  def solver(x, bases, *, steps, eps=1e-6, gradient="one_step"):
-    def update(state, x):
-      bases, codes = state
-      codes = codes * (x @ bases) / (codes @ (jnp.swapaxes(bases, 1, 2) @ bases) + eps)
-      bases = bases * tokens_t_codes(x, codes) / (
-          bases @ (jnp.swapaxes(codes, 1, 2) @ codes) + eps)
-      return bases, codes
-
-    live = x
-    if gradient == "one_step":
-      x, bases = jax.lax.stop_gradient((x, bases))
-    state = (bases, jax.nn.softmax(x @ bases, axis=-1))
-    bases, codes = ops.fixed_point_iterate(update, state, (x,), steps=steps, gradient="bptt")
-    if gradient == "one_step":
-      bases, codes = jax.lax.stop_gradient((bases, codes))
-    codes = codes * (live @ bases) / (codes @ (jnp.swapaxes(bases, 1, 2) @ bases) + eps)
-    return bases, codes
-  solver.__doc__ = doc
-  return solver
-
-
-nmf_transposed_copy = _nmf_with_bases_numerator(
-    lambda x, codes: jnp.swapaxes(x, 1, 2) @ codes,
-    """NMF as of stop 6: `swapaxes(x) @ codes` makes XLA:CPU copy the transposed (B, N, D)
-    input inside the solver loop on every step (HLO: `f32[1,512,16384] transpose` + `copy`).""")
-
-nmf_dr_in_place = _nmf_with_bases_numerator(
-    lambda x, codes: jnp.einsum("bnd,bnr->bdr", x, codes),
-    """NMF as of stop 7: xᵀ·codes as a (D, R) dot over the token axis in place (no copy),
-    ~1.4× slower on XLA:CPU than the library's (R, D) product transposed.""")
-
-nmf_unblocked = _nmf_with_bases_numerator(
-    lambda x, codes: jnp.swapaxes(jnp.einsum("bnr,bnd->brd", codes, x), 1, 2),
-    """NMF as of stop 8 (issue 11 before the blocked pass): xᵀ·codes as the transposed (R, D)
-    product, each step's two products over the whole x (x read 2K + 2 times).""")
-
-
-@contextlib.contextmanager
-def nmf_solver(solver):
-  """Traces code that calls `ops.nmf` (the Hamburger layer) with `solver` in its place."""
-  with mock.patch.object(ops, "nmf", solver):
-    yield
-
-
-def kronecker_attention_qkv_lean(q, k, v):
-  """KAO_QKV (2D, softmax) without the transposes and copies of the library op.
-
-  Same value as `ops.kronecker_attention_qkv(q, k, v)` for 2D grids. Means are
-  taken on the merged (B, X, Y, H·D) view; the attention over the X + Y summary
-  tokens runs on (B·H, T, D) arrays (a free reshape when H = 1; otherwise a
-  transpose of the tiny summaries, never of the grid); the outer sum is one
-  broadcast add.
-  """
-  b, x, y, h, d = q.shape
-  def summary(t):
-    tm = t.reshape(b, x, y, -1)
-    s = jnp.concatenate([jnp.mean(tm, 2), jnp.mean(tm, 1)], 1).reshape(b, x + y, h, -1)
-    return jnp.moveaxis(s, 2, 1).reshape(b * h, x + y, -1)
-  sq, sk, sv = summary(q), summary(k), summary(v)
-  logits = jnp.einsum("nqd,nkd->nqk", sq, sk) * d ** -0.5
-  o = jnp.einsum("nqk,nke->nqe", jax.nn.softmax(logits, axis=-1), sv)
-  o = jnp.moveaxis(o.reshape(b, h, x + y, -1), 1, 2)
-  return (o[:, :x, None] + o[:, None, x:]).astype(v.dtype)
-
-
-def hamburger_reconstructing(model, x):
-  """The Hamburger layer before stop 8, in evaluation mode (same value as `model(x)`).
-
-  Both breads as 1×1 convolutions (XLA:CPU convolution, not a dot), and the
-  upper one applied to the (N, d) reconstruction codes·basesᵀ: N·r·d + N·d·C
-  multiply-adds where the library's codes·(basesᵀ·W_u) takes r·d·C + N·r·C.
-  The solver is whatever `ops.nmf` is while tracing (see `nmf_solver`).
-  """
-  y = _conv1x1(x, model.lower.kernel[...]) + model.lower.bias[...]
-  if model.ham == "nmf":
-    y = jax.nn.relu(y)
-  b, h, w, d = y.shape
-  bases, codes = model._decompose(y.reshape(b, h * w, d), model._initial_bases(b, d),  # pylint: disable=protected-access
-                                  model.eval_steps)
-  recon = (codes @ jnp.swapaxes(bases, 1, 2)).reshape(b, h, w, d)
-  return jax.nn.relu(x + model.norm(_conv1x1(recon, model.upper.kernel[...])))
-
-
-def _conv1x1(x, kernel):
-  """x (B, H, W, C) through a (C, C') kernel as an XLA convolution (not a dot)."""
-  return jax.lax.conv_general_dilated(x, kernel.reshape(1, 1, *kernel.shape), (1, 1), "VALID",
-                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
+GIB = measure.GIB
+MB = measure.MB
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,23 +70,15 @@ def goal_table_ratios(config, out_dir: pathlib.Path) -> dict:
 
 
 def goal_hardware(config) -> dict:
-  """Goal 2: SAO / KAO_QKV time against one elementwise pass, all programs in the same rounds.
-
-  SAO: the library op before its restructuring ("before", `siamese_attention_before`) and
-  after ("library"). KAO_QKV: the library op and the unadopted lean prototype.
-  """
+  """Goal 2: SAO / KAO_QKV time against one elementwise pass, in the same interleaved rounds."""
   results = {}
+  flat = lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
   for name, (batch, side, channels) in (("sao", config.sao_size), ("kao_qkv", config.kao_size)):
     x = jax.random.normal(jax.random.key(0), (batch, side, side, 1, channels), jnp.float32)
-    flat = lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
     w = jnp.ones((1, channels), jnp.float32)
-    if name == "sao":
-      fns = {"before": lambda x: siamese_attention_before(flat(x), flat(x), flat(x), w),
-             "library": lambda x: ops.siamese_attention(flat(x), flat(x), flat(x), w)}
-    else:
-      fns = {"library": lambda x: ops.kronecker_attention_qkv(x, x, x),
-             "prototype": lambda x: kronecker_attention_qkv_lean(x, x, x)}
-    fns["pass"] = lambda x: x * 2.0
+    fns = {"library": (lambda x: ops.siamese_attention(flat(x), flat(x), flat(x), w))
+                      if name == "sao" else (lambda x: ops.kronecker_attention_qkv(x, x, x)),
+           "pass": lambda x: x * 2.0}
     programs, accts, hlo = {}, {}, {}
     for key, fn in fns.items():
       compiled, accts[key] = measure.compile_fn(fn, x)
@@ -214,113 +86,74 @@ def goal_hardware(config) -> dict:
       text = compiled.as_text()
       hlo[key] = {k: text.count(f" {k}(") for k in ("fusion", "dot", "transpose", "copy",
                                                      "reduce")}
-    other = "before" if name == "sao" else "prototype"
-    err = float(jnp.max(jnp.abs(fns[other](x) - fns["library"](x))))
     times = measure.time_side_by_side(programs, config.repeats, config.min_sample_s)
-    results[name] = dict(
-        size=f"{batch}×{side}²×{channels}", other=other, max_abs_difference=err,
-        **{f"{k}_time_s": t["time_s"] for k, t in times.items()},
-        **{f"{k}_bytes_accessed": a["xla_bytes_accessed"] for k, a in accts.items()},
-        **{f"{k}_temp_bytes": a["temp_bytes"] for k, a in accts.items()},
-        hlo=hlo)
-    r = results[name]
+    r = dict(size=f"{batch}×{side}²×{channels}", hlo=hlo,
+             **{f"{k}_time_s": t["time_s"] for k, t in times.items()},
+             **{f"{k}_bytes_accessed": a["xla_bytes_accessed"] for k, a in accts.items()},
+             **{f"{k}_temp_bytes": a["temp_bytes"] for k, a in accts.items()})
     for key in fns:
       r[f"{key}_over_pass"] = r[f"{key}_time_s"] / r["pass_time_s"]
     r["met"] = r["library_over_pass"] <= config.pass_ratio_goal
-    r[f"{other}_met"] = r[f"{other}_over_pass"] <= config.pass_ratio_goal
+    results[name] = r
     print(name, {k: v for k, v in r.items() if k != "hlo"}, flush=True)
   return results
 
 
-def _matmul_flops_per_s(config) -> tuple[float, float]:
+def _matmul(config):
+  """(compiled n×n matmul, its argument, its FLOPs): the machine's compute rate when timed."""
   n = config.matmul_size
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
   compiled, _ = measure.compile_fn(lambda a: a @ a, a)
   return compiled, a, 2.0 * n**3
 
 
-HAM_FORMS = {  # label: (solver, layer form); every solver with the final codes update
-    "stop 6: reconstruction + 1×1 convs, solver copies xᵀ": (nmf_transposed_copy, "reconstructing"),
-    "stop 7: reconstruction + 1×1 convs, solver's (D, R) dot in place": (nmf_dr_in_place,
-                                                                         "reconstructing"),
-    "stop 8: upper bread on the factors, unblocked solver": (nmf_unblocked, "library"),
-    "library (this commit)": (None, "library"),
-}
-
-
 def goal_ham_floor(config) -> dict:
   """Goal 3: Ham NMF inference time against its XLA FLOPs / large-matmul FLOP/s.
 
-  The layer as of stops 6 and 7 (`hamburger_reconstructing` with the solver of
-  that stop) and the library layer are timed in the same interleaved rounds,
-  each against its own floor; pieces of the same shapes show where time goes.
+  The pieces of the layer at the same shapes, in the same rounds, show where the
+  time above the floor goes.
   """
   from experiments import efficiency_modules  # pylint: disable=g-import-not-at-top
   c = config.ham
   model = efficiency_modules.build_module("ham_nmf", c.channels, c)
   fn, state = measure.inference_fn(model)
-  graphdef = nnx.graphdef(model)
   x = jax.random.uniform(jax.random.key(0), (1, c.side, c.side, c.channels), jnp.float32)
-  forms, programs = {}, {}
-  for label, (solver, form) in HAM_FORMS.items():
-    if form == "library":
-      program = fn
-    else:
-      program = lambda s, x: hamburger_reconstructing(nnx.merge(graphdef, s), x)
-    with nmf_solver(solver or ops.nmf):
-      compiled, acct = measure.compile_fn(program, state, x)
-      with efficiency_modules.unrolled_loops():  # FLOPs with every solver step counted
-        _, unrolled = measure.compile_fn(program, state, x)
-    forms[label] = dict(xla_flops_uncorrected=acct["xla_flops"], xla_flops=unrolled["xla_flops"],
-                        temp_bytes=acct["temp_bytes"])
-    programs[label] = (compiled, (state, x))
-  reference = programs["library (this commit)"][0](state, x)
-  for label, f in forms.items():
-    f["max_abs_difference"] = float(jnp.max(jnp.abs(programs[label][0](state, x) - reference)))
-  mm, a, mm_flops = _matmul_flops_per_s(config)
-  programs["matmul"] = (mm, (a,))
-  # Diagnosis: the pieces, at the same shapes.
+  compiled, acct = measure.compile_fn(fn, state, x)
+  with measure.unrolled_loops():  # FLOPs with every solver step counted
+    flops = measure.compile_fn(fn, state, x)[1]["xla_flops"]
+  mm, a, mm_flops = _matmul(config)
+  programs = {"layer": (compiled, (state, x)), "matmul": (mm, (a,))}
   n, d, r = c.side * c.side, c.ham_dim, c.ham_rank
   tok = jax.random.uniform(jax.random.key(1), (1, n, d), jnp.float32)
   bases = ops.random_bases(jax.random.key(2), 1, d, r)
   rows = jax.random.uniform(jax.random.key(3), (n, c.channels), jnp.float32)
-  w_l, bias = jnp.ones((c.channels, d)) / d, jnp.ones((d,))
-  solvers = {"nmf solver, stop 6 (K steps + final)": nmf_transposed_copy,
-             "nmf solver, stop 7 (K steps + final)": nmf_dr_in_place,
-             "nmf solver, stop 8 unblocked (K steps + final)": nmf_unblocked,
-             "nmf solver, library (K steps + final)": ops.nmf}
-  pieces = {key: ((lambda s: lambda t, b: s(t, b, steps=c.ham_steps))(solver), (tok, bases))
-            for key, solver in solvers.items()}
-  pieces["lower bread as 1×1 conv + ReLU (N·C·d)"] = (
-      lambda t, w, b: jax.nn.relu(_conv1x1(t.reshape(1, c.side, c.side, -1), w) + b),
-      (rows, w_l, bias))
-  pieces["lower bread as GEMM + ReLU on rows (N·C·d)"] = (
-      lambda t, w, b: jax.nn.relu(t @ w + b), (rows, w_l, bias))
-  pieces["x @ bases (N·d·r)"] = (lambda t, b: t @ b, (tok, bases))
-  pieces["upper bread codes @ (basesᵀ W_u) (N·r·C)"] = (
-      lambda t, p: t @ p, (rows[:, :r], jnp.ones((r, c.channels))))
-  piece_flops, piece_bytes = {}, {}
+  solver = lambda t, b: ops.nmf(t, b, steps=c.ham_steps)
+  pieces = {
+      "nmf solver (K steps + final codes update)": (solver, (tok, bases)),
+      "lower bread: GEMM + ReLU on rows (N·C·d)": (
+          lambda t, w, b: jax.nn.relu(t @ w + b), (rows, jnp.ones((c.channels, d)) / d,
+                                                   jnp.ones((d,)))),
+      "x @ bases (N·d·r)": (lambda t, b: t @ b, (tok, bases)),
+      "upper bread: codes @ (basesᵀ W_u) (N·r·C)": (
+          lambda t, p: t @ p, (rows[:, :r], jnp.ones((r, c.channels))))}
+  piece_acct = {}
   for key, (f, args) in pieces.items():
-    pc, pa = measure.compile_fn(f, *args)
+    pc, piece_acct[key] = measure.compile_fn(f, *args)
     programs[key] = (pc, args)
-    piece_flops[key] = pa["xla_flops"]
-    piece_bytes[key] = dict(temp_bytes=pa["temp_bytes"], xla_bytes_accessed=pa["xla_bytes_accessed"])
-  for key in solvers:
-    piece_flops[key] = 2.0 * measure.madd_of(pieces[key][0], tok, bases)  # loops × trip count
+  piece_acct["nmf solver (K steps + final codes update)"]["xla_flops"] = 2.0 * measure.madd_of(
+      solver, tok, bases)  # loops × trip count
   times = measure.time_side_by_side(programs, config.repeats, 0.0)
   rate = mm_flops / times["matmul"]["time_s"]
-  for label, f in forms.items():
-    f["time_s"] = times[label]["time_s"]
-    f["floor_s"] = f["xla_flops"] / rate
-    f["ratio"] = f["time_s"] / f["floor_s"]
-    f["met"] = f["ratio"] <= config.floor_ratio_goal
-  library = forms["library (this commit)"]
+  time_s = times["layer"]["time_s"]
   result = dict(
       size=f"1×{c.channels}×{c.side}×{c.side}", steps=c.ham_steps, matmul_size=config.matmul_size,
-      matmul_flops_per_s=rate, forms=forms, ratio=library["ratio"], met=library["met"],
-      pieces={k: dict(time_s=times[k]["time_s"], flops=piece_flops[k],
-                      flops_per_s=piece_flops[k] / times[k]["time_s"], **piece_bytes[k])
-              for k in pieces})
+      matmul_flops_per_s=rate, xla_flops=flops, xla_flops_uncorrected=acct["xla_flops"],
+      temp_bytes=acct["temp_bytes"], time_s=time_s, floor_s=flops / rate,
+      ratio=time_s * rate / flops, met=time_s * rate / flops <= config.floor_ratio_goal,
+      pieces={k: dict(time_s=times[k]["time_s"], flops=p["xla_flops"],
+                      flops_per_s=p["xla_flops"] / times[k]["time_s"], temp_bytes=p["temp_bytes"],
+                      xla_bytes_accessed=p["xla_bytes_accessed"])
+              for k, p in piece_acct.items()})
   print("ham floor", result, flush=True)
   return result
 
@@ -401,9 +234,8 @@ def _official_nmf2d(torch, x, rank, steps, bases=None, reconstruct=True):
 
 
 def goal_ham_official(config) -> dict:
-  """Issue 11: the ham (NMF, inference, reconstruction included) against the official PyTorch
-  NMF2D on this CPU, interleaved in the same rounds, with our XLA FLOPs and floor."""
-  from experiments import efficiency_modules  # pylint: disable=g-import-not-at-top
+  """Goal 6: the ham (NMF, inference, reconstruction included) against the official PyTorch
+  NMF2D, interleaved in the same rounds, with our XLA FLOPs and floor."""
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -423,7 +255,7 @@ def goal_ham_official(config) -> dict:
   programs, flops = {}, {}
   for label, fn in (("ours", ours), ("ours, factors only", lambda x: ours(x, True))):
     compiled, _ = measure.compile_fn(fn, x)
-    with efficiency_modules.unrolled_loops():
+    with measure.unrolled_loops():
       flops[label] = measure.compile_fn(fn, x)[1]["xla_flops"]
     programs[label] = (compiled, (x,))
   # On CUDA when torch has it (the paper's setting), else on the CPU; a CUDA call is timed
@@ -440,7 +272,7 @@ def goal_ham_official(config) -> dict:
 
   programs["official NMF2D (torch)"] = (official, (xt,))
   programs["official, factors only"] = (lambda x: official(x, False), (xt,))
-  mm, a, mm_flops = _matmul_flops_per_s(config)
+  mm, a, mm_flops = _matmul(config)
   programs["matmul"] = (mm, (a,))
   # Same values from the same bases (float32 on both sides).
   bases = ops.random_bases(jax.random.key(0), 1, d, r)
@@ -473,7 +305,8 @@ GOALS = {"table_ratios": goal_table_ratios, "hardware": goal_hardware,
          "ham_official": goal_ham_official}
 
 
-def run(config, out_dir: pathlib.Path) -> dict:
+def run(config) -> dict:
+  out_dir = measure.out_dir_of(config)
   unknown = set(config.goals) - set(GOALS)
   if unknown:
     raise ValueError(f"config.goals must be a subset of {tuple(GOALS)}, got {sorted(unknown)}")
@@ -525,50 +358,27 @@ def markdown(config, result, machine_line: str) -> str:
         f"{r['speedup']:.2f}× | {r['paper_speedup']:.2f}× | {_verdict(r['speed_met'])} | "
         f"{r['saving_total']:.2f}% | {r['bound_total']:.2f}% | {r['saving_temp']:.2f}% | {ps} | "
         f"{_verdict(r['memory_met_total'])} / {_verdict(r['memory_met_temp'])} |")
-  hw = result["hardware"]
-  program_labels = {"pass": "one elementwise pass (x·2)",
-                    "before": "library op before its restructuring",
-                    "library": "library op (this commit)",
-                    "prototype": "unadopted lean prototype"}
   lines += ["", f"## 2. Close to the hardware: ≤ {config.pass_ratio_goal}× one elementwise pass",
-            "", "All programs of one operator timed in the same interleaved rounds; the ratio "
-            "to the pass is the measure (the machine is shared, absolute times drift).", "",
-            "| operator | input | program | ms | / pass | goal | XLA bytes accessed MB | "
-            "temp MB | HLO ops |", "|---|---|---|---|---|---|---|---|---|"]
-  for name, r in hw.items():
-    shape = lambda d: ", ".join(f"{v} {k}" for k, v in d.items() if v)
-    for key in ("pass", r["other"], "library") if r["other"] == "before" else (
-        "pass", "library", r["other"]):
-      verdict = "" if key == "pass" else _verdict(r[f"{key}_over_pass"] <= config.pass_ratio_goal)
-      lines.append(
-          f"| {measure.LABELS[name]} | {r['size']} | {program_labels[key]} | "
-          f"{1e3 * r[f'{key}_time_s']:.4f} | {r[f'{key}_over_pass']:.2f}× | {verdict} | "
-          f"{r[f'{key}_bytes_accessed'] / MB:.2f} | {r[f'{key}_temp_bytes'] / MB:.2f} | "
-          f"{shape(r['hlo'][key])} |")
-  lines += ["", "Same values: " + ", ".join(
-      f"{measure.LABELS[n]} max |{r['other']} − library| = {r['max_abs_difference']:.1e}"
-      for n, r in hw.items()) + "."]
+            "", "The operator and the pass (x·2) timed in the same interleaved rounds; the ratio "
+            "to the pass is the measure (on a shared machine absolute times drift).", "",
+            "| operator | input | pass ms | operator ms | / pass | goal | XLA bytes accessed MB "
+            "(pass / operator) | temp MB | HLO ops |", "|---|---|---|---|---|---|---|---|---|"]
+  for name, r in result["hardware"].items():
+    ops_ = ", ".join(f"{v} {k}" for k, v in r["hlo"]["library"].items() if v)
+    lines.append(
+        f"| {measure.LABELS[name]} | {r['size']} | {1e3 * r['pass_time_s']:.4f} | "
+        f"{1e3 * r['library_time_s']:.4f} | {r['library_over_pass']:.2f}× | "
+        f"{_verdict(r['met'])} | {r['pass_bytes_accessed'] / MB:.2f} / "
+        f"{r['library_bytes_accessed'] / MB:.2f} | {r['library_temp_bytes'] / MB:.2f} | {ops_} |")
   hf = result["ham_floor"]
-  lib = hf["forms"]["library (this commit)"]
   lines += ["", f"## 3. Ham NMF inference ≤ {config.floor_ratio_goal}× its compute floor", "",
-            f"Input {hf['size']}, K = {hf['steps']}. Large matmul {hf['matmul_size']}²: "
-            f"{hf['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s in this run; a program's floor is "
-            "its XLA FLOPs at that rate (cost_analysis counts a loop body once: "
-            f"{lib['xla_flops_uncorrected'] / 1e9:.2f} G for the library; FLOPs counted on the "
-            "program with its loops unrolled). Every solver runs K steps and the final codes "
-            "update. The layer as of earlier stops (`bench_ops.hamburger_reconstructing` with "
-            "that stop's solver) and the library layer, timed in the same interleaved rounds; "
-            "evaluation mode.", "",
-            "| program | GFLOP | temp MB | time ms | floor ms | time / floor | goal | "
-            "speed-up vs stop 6 | max abs Δ vs library |",
-            "|---|---|---|---|---|---|---|---|---|"]
-  first = next(iter(hf["forms"].values()))
-  for label, f in hf["forms"].items():
-    lines.append(f"| {label} | {f['xla_flops'] / 1e9:.2f} | {f['temp_bytes'] / MB:.1f} | "
-                 f"{1e3 * f['time_s']:.1f} | {1e3 * f['floor_s']:.1f} | {f['ratio']:.2f}× | "
-                 f"{_verdict(f['met'])} | {first['time_s'] / f['time_s']:.2f}× | "
-                 f"{f['max_abs_difference']:.1e} |")
-  lines += ["", "Pieces (same shapes, same run):", "",
+            f"{_verdict(hf['met'])}: {hf['ratio']:.2f}×. Input {hf['size']}, K = {hf['steps']}, "
+            f"evaluation mode: {1e3 * hf['time_s']:.1f} ms against a floor of "
+            f"{1e3 * hf['floor_s']:.1f} ms = {hf['xla_flops'] / 1e9:.2f} GFLOP (loops unrolled; "
+            f"cost_analysis counts a loop body once: {hf['xla_flops_uncorrected'] / 1e9:.2f} G) at "
+            f"the {hf['matmul_size']}² matmul's {hf['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s in "
+            f"this run; {hf['temp_bytes'] / MB:.1f} MB of temporaries. The layer's pieces at the "
+            "same shapes, same rounds:", "",
             "| piece | GFLOP | temp MB | XLA bytes accessed MB (loop body once) | time ms | "
             "GFLOP/s |", "|---|---|---|---|---|---|"]
   for k, p in hf["pieces"].items():
@@ -610,7 +420,7 @@ def markdown(config, result, machine_line: str) -> str:
           f" The ham alone at {ho['size']} (NCHW for torch, NHWC for us), R = {ho['rank']}, "
           f"K = {ho['steps']}, inference: bases drawn, K steps, the final codes update, the "
           f"reconstruction. torch {ho['torch']} ({ho['torch_threads']} threads, under no_grad), "
-          "written from the official ham.py's equations (`bench_ops._official_nmf2d`); ours is "
+          "written from the official ham.py's equations (`performance_goals._official_nmf2d`); ours is "
           "`ops.nmf` + codes·basesᵀ under jit. Both timed in the same interleaved rounds "
           f"(medians of {config.repeats}); load average at the end "
           f"{', '.join(f'{v:.1f}' for v in ho['load_average'])} on {os.cpu_count()} cores. "
@@ -627,6 +437,4 @@ def markdown(config, result, machine_line: str) -> str:
           f"| ours, factors only | {ho['xla_flops_factors'] / 1e9:.2f} | "
           f"{1e3 * ho['floor_factors_s']:.1f} | {1e3 * ho['ours_factors_s']:.1f} | "
           f"{ho['ours_factors_s'] / ho['floor_factors_s']:.2f}× |"]
-  if config.get("notes"):
-    lines += ["", "## Diagnosis and recommendations", "", config.notes]
   return "\n".join(lines) + "\n"
