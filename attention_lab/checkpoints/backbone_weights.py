@@ -13,7 +13,9 @@ Sources:
   statistics) are copied where our model has the same path and shape.
 Every backbone variable must be found, with its shape; otherwise ValueError
 names the first missing or mismatched one (and, for a stem, the stem options
-the checkpoint needs).
+the checkpoint needs). `scope="model"` (`config.init_scope`) copies every
+variable of an orbax checkpoint of the same model instead, head included (a
+fine-tune from a whole trained model, e.g. configs/hamburger/voc_hamnet.py:trainval).
 
 Padding follows the source (`model_options`, called where a task builds its
 model): torch-trained weights need the backbone's `padding="torch"`, which is
@@ -93,11 +95,20 @@ def _stem_hint(weights) -> str:
           f"--config.model.stem_widths=\"({','.join(map(str, widths))})\")")
 
 
-def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
-  """{("params" | "rest", "backbone", ...): numpy value} from a .pth file or orbax checkpoint."""
+SCOPES = ("backbone", "model")
+
+
+def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray]:
+  """{("params" | "rest", "backbone", ...): numpy value} from a .pth file or orbax checkpoint;
+  scope "model": every ("params" | "rest", ...) value of an orbax checkpoint."""
+  if scope not in SCOPES:
+    raise ValueError(f"init_scope must be one of {SCOPES}, got {scope!r}")
   if not os.path.exists(path):
     raise ValueError(f"init_from {path!r} does not exist")
   if os.path.isfile(path):
+    if scope != "backbone":
+      raise ValueError(f"init_from {path!r} is a torch file (a backbone); init_scope "
+                       f"{scope!r} needs a workdir of a run of this model")
     from attention_lab.checkpoints import torch_reader, torch_resnet  # pylint: disable=g-import-not-at-top
     state = torch_resnet.unwrap(torch_reader.load_torch_state_dict(path))
     converted = torch_resnet.convert(state)
@@ -119,17 +130,22 @@ def read(path: str) -> dict[tuple[str, ...], np.ndarray]:
   finally:
     handler.close()
   return {k: np.asarray(v) for k, v in flatten(restored).items()
-          if len(k) > 1 and k[0] in ("params", "rest") and k[1] == "backbone"}
+          if len(k) > 1 and k[0] in ("params", "rest") and _in_scope(k, scope)}
 
 
-def load_into(state, path: str):
-  """`state` with its backbone variables replaced by those at `path`, in their shardings."""
-  weights = read(path)
+def _in_scope(key: tuple[str, ...], scope: str) -> bool:
+  return scope == "model" or key[1] == "backbone"
+
+
+def load_into(state, path: str, scope: str = "backbone"):
+  """`state` with its backbone variables (scope "model": all its variables) replaced by
+  those at `path`, in their shardings."""
+  weights = read(path, scope)
   flat_state = {("params",) + k: v for k, v in flatten(state["params"]).items()}
   flat_state.update({("rest",) + k: v for k, v in flatten(state["rest"]).items()})
   wanted = {k for k, v in flat_state.items()
-            if k[1] == "backbone" and hasattr(v, "shape") and
-            np.issubdtype(np.dtype(v.dtype), np.floating)}
+            if _in_scope(k, scope) and hasattr(v, "shape") and
+            jax.numpy.issubdtype(v.dtype, jax.numpy.floating)}  # not rng keys
   for key in sorted(wanted, key=lambda k: (k[2:3] != ("stem",), k)):  # the stem first
     hint = _stem_hint(weights) if key[2:3] == ("stem",) else ""
     if key not in weights:
@@ -138,7 +154,7 @@ def load_into(state, path: str):
       raise ValueError(f"init_from {path!r}: {'/'.join(key[1:])} has shape "
                        f"{weights[key].shape}, our model {flat_state[key].shape}{hint}")
   unused = sorted(set(weights) - wanted)
-  logging.info("init_from %s: %d backbone arrays loaded, %d unused", path, len(wanted),
+  logging.info("init_from %s: %d %s arrays loaded, %d unused", path, len(wanted), scope,
                len(unused))
 
   def replace(prefix):

@@ -30,11 +30,10 @@ Presets: `:cpu` (digit scenes with the auxiliary head), `:tiny` (tests).
 import ml_collections
 
 from configs.hamburger import voc_hamnet
-from configs.segmentation import default
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = voc_hamnet.get_config()
+  config = voc_hamnet.get_config()  # batch 16, scale 0.5-2.0, flip: as on VOC
   d = config.dataset
   d.name = "ade20k_challenge"
   d.train_split, d.eval_split = "train", "validation"
@@ -43,19 +42,11 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.model.stem_widths = (32, 32, 64)  # mmseg ResNetV1c
   config.init_from = ""  # --config.init_from=<resnet101_v1c-e67eebb6.pth> (see above)
   config.aux_loss_weight = 0.4
-  config.batch_size = 16
   config.num_train_steps = 160_000
   o = config.optimizer
   o.learning_rate, o.weight_decay, o.decay_params = 0.01, 5e-4, "kernels"
   config.eval_every_steps = config.checkpoint_every_steps = 16_000
 
-  if preset == "cpu":
-    default.digit_scenes(config)
-    config.model.stem, config.model.multi_grid = "standard", (1,)
-  elif preset == "tiny":
-    default.tiny(config)
-    config.model.stem, config.model.multi_grid = "standard", (1,)
-  elif preset:
-    raise ValueError(f"unknown preset {preset!r} for configs/hamburger/ade20k_hamnet.py; "
-                     "expected 'cpu' or 'tiny'")
+  if preset:
+    voc_hamnet.cpu_or_tiny(config, preset, "configs/hamburger/ade20k_hamnet.py")
   return config

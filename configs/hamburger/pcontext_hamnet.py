@@ -30,28 +30,16 @@ Presets: `:cpu` (digit scenes, the CPU sizes of configs/segmentation/default.py)
 import ml_collections
 
 from configs.hamburger import voc_hamnet
-from configs.segmentation import default
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = voc_hamnet.get_config()
-  d = config.dataset
-  d.name = "pascal_context"
-  d.train_split, d.eval_split = "train", "val"
-  d.crop_size, d.eval_size = 513, 513
-  config.batch_size = 16
+  config = voc_hamnet.get_config()  # crop 513, batch 16, weight decay 1e-4: as on VOC
+  config.dataset.name = "pascal_context"
+  config.dataset.train_split, config.dataset.eval_split = "train", "val"
   config.num_train_steps = 25_000
-  o = config.optimizer
-  o.learning_rate, o.weight_decay = 2e-3, 1e-4
+  config.optimizer.learning_rate = 2e-3
   config.eval_every_steps = config.checkpoint_every_steps = 2500
 
-  if preset == "cpu":
-    default.digit_scenes(config)
-    config.model.stem, config.model.multi_grid = "standard", (1,)
-  elif preset == "tiny":
-    default.tiny(config)
-    config.model.stem, config.model.multi_grid = "standard", (1,)
-  elif preset:
-    raise ValueError(f"unknown preset {preset!r} for configs/hamburger/pcontext_hamnet.py; "
-                     "expected 'cpu' or 'tiny'")
+  if preset:
+    voc_hamnet.cpu_or_tiny(config, preset, "configs/hamburger/pcontext_hamnet.py")
   return config

@@ -56,10 +56,18 @@ starting from the train_aug run's weights:
       --workdir=workdirs/hamnet_trainval --config.dataset.manual_dir=/data/voc \\
       --config.init_from=workdirs/hamnet
 
-Predictions are multi-scale (0.5-1.75) + flip, the scales of the reference's
-msflip_test.sh. val is training data here, so its mIoU only checks the run.
-`init_from` copies the backbone (checkpoints/backbone_weights.py); the
-reference carries the head over as well.
+`init_from` names the train_aug run's workdir, and the preset's
+`init_scope="model"` copies the whole model from it, head included, as the
+reference does (checkpoints/backbone_weights.py). The preset builds the model
+with torch padding (`model.padding="torch"`), as the train_aug run was built
+from the torch .pth above. Predictions are multi-scale (0.5-1.75) + flip, the
+scales of the reference's msflip_test.sh. val is training data here, so its
+mIoU only checks the run. The server's files (VOC2012 test, in the manual_dir
+when the dataset is prepared; data/builders/voc_segmentation.py):
+
+  python -m attention_lab.predict --config=configs/hamburger/voc_hamnet.py:trainval \
+      --workdir=workdirs/hamnet_trainval --config.dataset.manual_dir=/data/voc \
+      --split=test --out=voc_test
 
 Presets: `:ablation` (above), `:trainval` (above), `:cpu` (digit scenes, the CPU
 sizes of configs/segmentation/default.py), `:tiny` (tests).
@@ -112,13 +120,24 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.num_train_steps = 20_000
     o.learning_rate = 9e-4
     config.eval.scales, config.eval.flip = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75), True
-  elif preset == "cpu":
+    config.init_scope = "model"  # --config.init_from=<the train_aug run's workdir>
+    m.padding = "torch"  # that run's: its init_from is a torch .pth
+  elif preset:
+    cpu_or_tiny(config, preset, "configs/hamburger/voc_hamnet.py", others=("ablation", "trainval"))
+  return config
+
+
+def cpu_or_tiny(config: ml_collections.ConfigDict, preset: str, path: str,
+                others: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+  """A HamNet config's `:cpu` (digit scenes, the CPU sizes of configs/segmentation/default.py)
+  or `:tiny` (tests) preset, with the standard stem and one grid; ValueError naming the
+  presets of `path` (`others` and these two) for any other."""
+  if preset == "cpu":
     default.digit_scenes(config)
-    m.stem, m.multi_grid = "standard", (1,)
   elif preset == "tiny":
     default.tiny(config)
-    m.stem, m.multi_grid = "standard", (1,)
-  elif preset:
-    raise ValueError(f"unknown preset {preset!r} for configs/hamburger/voc_hamnet.py; "
-                     "expected 'ablation', 'trainval', 'cpu' or 'tiny'")
+  else:
+    expected = ", ".join(repr(p) for p in (*others, "cpu")) + " or 'tiny'"
+    raise ValueError(f"unknown preset {preset!r} for {path}; expected {expected}")
+  config.model.stem, config.model.multi_grid = "standard", (1,)
   return config

@@ -111,11 +111,13 @@ class Task(abc.ABC):
     `state` with weights from elsewhere, in its shardings. Default: `config.init_from`
     if set (a torchvision ResNet .pth, our classification checkpoint: workdir,
     checkpoints dir or step dir, or a classification config trained first,
-    upstream.weights_path), whose backbone replaces the state's; else `state`."""
+    upstream.weights_path), whose backbone replaces the state's (`config.init_scope`
+    "model": the whole model, from a run of the same model); else `state`."""
     path = self.config.get("init_from", "")
     if not path:
       return state
-    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir))
+    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir),
+                                      scope=self.config.get("init_scope", "backbone"))
 
   def image_summaries(self, state) -> dict[str, np.ndarray]:
     """Pictures to write at each evaluation: name → uint8 (N, H, W, 3) images."""
