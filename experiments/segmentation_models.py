@@ -15,7 +15,9 @@ import pathlib
 
 from absl import app
 
+from attention_lab import cli
 from attention_lab.models import segmentation  # noqa: F401  (registers the names)
+from configs.hamburger import ade20k_hamnet
 from experiments import model_stats
 
 SIZE = (513, 513, 3)
@@ -26,7 +28,8 @@ ROWS = [
     ("DeepLabV2 + KAO_KV — KAO T5", "deeplab_v2", 21, dict(head="kronecker_kv"), None),
     ("DeepLabV2 + KAO_QKV — KAO T5", "deeplab_v2", 21, dict(head="kronecker_qkv"), None),
     ("HamNet (ResNet-101, OS 8, deep stem, VOC) — Ham T4", "hamnet", 21, {}, None),
-    ("HamNet ADE20K (150 classes, + FCN aux head)", "hamnet", 150, dict(aux_head=True), None),
+    ("HamNet ADE20K (150 classes, ResNetV1c 32-32-64 stem, + FCN aux head)", "hamnet", 150,
+     dict(aux_head=True, stem_widths=ade20k_hamnet.get_config().model.stem_widths), None),
     ("Ham ablation baseline (ResNet-50, OS 16, no Hamburger) — Ham T2", "hamnet", 21,
      dict(depth=50, output_stride=16, stem="standard", multi_grid=(1,),
           ham_options={"without": ("hamburger",)}), 32.67e6),
@@ -36,7 +39,8 @@ ROWS = [
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
   lines = ["| model | params | paper params | MAdd at 513² |", "|---|---|---|---|"]
   records = []
   for label, name, classes, overrides, paper in ROWS:
@@ -58,4 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)
