@@ -6,14 +6,15 @@ Tables (`config.kind`):
 - "operators": SAO Table 2, KAO Table 1 — one attention operator on synthetic
   input, Q = K = V = the input, 1 head;
 - "modules": Ham Table 3 — SA, the A² double-attention block, Ham (CD, NMF)
-  at 1×128×128×512, inference and training (forward + backward);
+  at 1×128×128×512, inference and training (forward + backward)
+  (experiments/efficiency_modules.py);
 - "gan": Refined-SA Tables 2-3 — SAGAN, ISAGAN, SGAN 64×64 generator +
   discriminator: forward and backward time, largest batch in a memory budget;
 - "aa": AA Table 9 — memory of the attention maps per stage of AA-ResNet-50;
 - "nets": SAO Table 5 — a training step of whole networks (MobileNetV2, SANet,
   AttnNet; KANets; AA-ResNet-50): XLA memory at batch 128, time side by side;
 - "performance_goals": the library against hardware floors (experiments/performance_goals.py).
-Each kind other than "operators" and "modules" is a module of experiments/ with
+Each kind other than "operators" (this module) is a module of experiments/ with
 `run(config)` and `markdown(config, result, machine_line)`; the shared work is
 experiments/measure.py, the plots are experiments/plots.py's.
 
@@ -50,19 +51,13 @@ import json
 
 import jax
 import jax.numpy as jnp
-import matplotlib
 from ml_collections import config_flags
 
 from attention_lab import ops
 from experiments import efficiency_fused as fused_lib
 from experiments import measure as measure_lib
 from experiments import plots
-from experiments.efficiency_modules import build_module, module_program, ham_flops
-from experiments.measure import GIB, LABELS, MB, compile_fn, madd_of, machine_line
-from experiments.measure import params_of, time_side_by_side
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
+from experiments.measure import LABELS, MB, compile_fn, madd_of, machine_line, time_side_by_side
 
 _CONFIG = None  # the --config flag, defined when run (tests import this module beside others)
 
@@ -147,8 +142,18 @@ def run_operators(config) -> dict:
       r["paper"] = paper
       rows.append(r)
       print({k: v for k, v in r.items() if k != "time_samples"}, flush=True)
-  sweep = run_operator_sweep(config)
+  sweep = measure_lib.sweep(config, config.operators, _sweep_program(config))
   return {"rows": rows, "sweep": sweep, "fused": fused}
+
+
+def _sweep_program(config):
+  """compile_at(op, side) of the sweep: the operator on (batch, side², heads, channels/heads)."""
+  def compile_at(op, side):
+    x = jax.ShapeDtypeStruct(
+        (config.batch, side, side, config.heads, config.sweep_channels // config.heads),
+        _dtype(config))
+    return (*compile_fn(OPERATORS[op], x), (x,))
+  return compile_at
 
 
 def _fused_row(config, kernel, reason, side, channels, times, accts) -> dict:
@@ -205,34 +210,6 @@ def _paper(config, op, side) -> dict | None:
   return dict(zip(keys, tuple(entry) + (None,) * (len(keys) - len(entry))))
 
 
-def run_operator_sweep(config) -> list:
-  """Time and XLA memory of every operator against the grid side (plots)."""
-  points = []
-  for side in config.sweep_sides:
-    x_abstract = jax.ShapeDtypeStruct(
-        (config.batch, side, side, config.heads, config.sweep_channels // config.heads),
-        _dtype(config))
-    programs, accts = {}, {}
-    for op in config.operators:
-      compiled, acct = compile_fn(OPERATORS[op], x_abstract)
-      accts[op] = acct
-      if acct["total_bytes"] <= config.memory_budget_gib * GIB:
-        programs[op] = compiled
-    if not programs:
-      continue
-    x = _operator_input(config.batch, side, config.sweep_channels, config.heads,
-                        dtype=_dtype(config))
-    times = time_side_by_side({op: (c, (x,)) for op, c in programs.items()},
-                              config.sweep_repeats, config.min_sample_s)
-    for op in config.operators:
-      points.append(dict(side=side, positions=side * side, operator=op, **accts[op],
-                         time_s=times[op]["time_s"] if op in times else None,
-                         over_budget=op not in programs))
-    print(f"sweep {side}²: " + ", ".join(
-        f"{op} {1e3 * t['time_s']:.3f}ms" for op, t in times.items()), flush=True)
-  return points
-
-
 def operators_markdown(config, result, machine: str) -> str:
   fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
   lines = [
@@ -270,213 +247,7 @@ def operators_markdown(config, result, machine: str) -> str:
     lines.append(f"| {size} | {1e3 * rs[0]['pass_time_s']:.4f} | " + " | ".join(
         f"{r['time_over_pass']:.1f}×" for r in rs) + " |")
   lines += fused_lines(result, config.operators)
-  lines += _sweep_lines(config, result["sweep"], "operators")
-  return "\n".join(lines) + "\n"
-
-
-def _sweep_lines(config, sweep, what) -> list:
-  if not sweep:
-    return []
-  ops_ = list(dict.fromkeys(p["operator"] for p in sweep))
-  stem = measure_lib.output_stem(config)
-  lines = ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
-           f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
-           f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
-           "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in ops_) + " |",
-           "|---|" + "---|---|" * len(ops_)]
-  for side in dict.fromkeys(p["side"] for p in sweep):
-    cells = []
-    for o in ops_:
-      p = next(p for p in sweep if p["side"] == side and p["operator"] == o)
-      t = "over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}"
-      cells.append(f"{t} | {p['total_bytes'] / MB:.1f}")
-    lines.append(f"| {side}² | " + " | ".join(cells) + " |")
-  return lines
-
-
-def plot_sweep(config, result, out_dir):
-  """<stem>.png: time and memory of every operator against the grid side, where the table
-  has a sweep (linked from the sweep section of the markdown)."""
-  sweep = result.get("sweep")
-  if not sweep:
-    return
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-  for op in dict.fromkeys(p["operator"] for p in sweep):
-    pts = [p for p in sweep if p["operator"] == op]
-    timed = [p for p in pts if p["time_s"] is not None]
-    line, = axes[0].loglog([p["positions"] for p in timed], [1e3 * p["time_s"] for p in timed],
-                           "o-", label=LABELS[op])
-    axes[1].loglog([p["positions"] for p in pts], [p["total_bytes"] / MB for p in pts], "o-",
-                   color=line.get_color(), label=LABELS[op])
-    over = [p for p in pts if p["time_s"] is None]
-    if over:
-      axes[1].loglog([p["positions"] for p in over], [p["total_bytes"] / MB for p in over], "x",
-                     color=line.get_color(), markersize=10)
-  axes[1].axhline(config.memory_budget_gib * GIB / MB, color="k", ls="--", lw=0.8,
-                  label=f"budget {config.memory_budget_gib} GiB")
-  for ax, ylabel in zip(axes, ("time (ms, median)", "XLA memory, temp+args+out (MB)")):
-    ax.set_xlabel("spatial positions H·W")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line(result['machine'])}",
-               fontsize=8)
-  fig.tight_layout()
-  fig.savefig(out_dir / f"{measure_lib.output_stem(config)}.png", dpi=100)
-  plt.close(fig)
-
-
-# ----------------------------------------------------------------------------------------------
-# Modules (Ham Table 3).
-
-
-def _concrete(args, key=0):
-  """Replaces ShapeDtypeStructs in args by random arrays (state stays as is)."""
-  def fill(a):
-    if isinstance(a, jax.ShapeDtypeStruct):
-      return jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
-    return a
-  return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
-
-
-def _fused_module(config) -> tuple[str | None, str | None]:
-  """(kernel, reason not run) of the baseline SA with the device's fused attention.
-
-  SA is one head over all channels in float32 (the table's module), so q is
-  (B, side², 1, channels)."""
-  kernel = fused_lib.kernel_of(config)
-  if not kernel or config.baseline != "sa":
-    return None, None
-  q = jax.ShapeDtypeStruct((config.batch, config.side**2, 1, config.channels), jnp.float32)
-  return kernel, fused_lib.unsupported_reason(kernel, q, q, q)
-
-
-def run_modules(config) -> dict:
-  rows = []
-  side, channels = config.side, config.channels
-  programs, results = {}, {}
-  kernel, fused_reason = _fused_module(config)
-  names = list(config.modules) + (["sa_fused"] if kernel and not fused_reason else [])
-  for name in names:
-    model = build_module(name.removesuffix("_fused"), channels, config)
-    r = dict(module=name, size=f"{config.batch}×{side}²×{channels}", params=params_of(model))
-    for program in ("infer", "train"):
-      model = build_module(name.removesuffix("_fused"), channels, config)
-      if name.endswith("_fused"):
-        with fused_lib.replaced_regular_attention(kernel):
-          fn, acct, compiled, args = module_program(model, program, config.batch, side,
-                                                    channels)
-      else:
-        fn, acct, compiled, args = module_program(model, program, config.batch, side, channels)
-      if program == "infer":
-        r["madd"] = madd_of(fn, *args) / config.batch
-      if name.startswith("ham") and config.ham_loop_corrected_flops:
-        acct["xla_flops_loop_corrected"] = ham_flops(name, channels, side, config, program)
-      else:
-        acct["xla_flops_loop_corrected"] = acct["xla_flops"]
-      r[program] = acct
-      programs[(name, program)] = (compiled, _concrete(args))
-    results[name] = r
-  for program in ("infer", "train"):
-    chosen = {k: v for k, v in programs.items() if k[1] == program}
-    times = time_side_by_side(chosen, config.repeats, config.min_sample_s)
-    for (name, _), t in times.items():
-      results[name][program]["time_s"] = t["time_s"]
-      results[name][program]["time_samples"] = t["samples"]
-  base = results[config.baseline]
-  regular = [n for n in (config.baseline, "sa_fused") if n in results]
-  for name in names:
-    r = results[name]
-    for program in ("infer", "train"):
-      r[program]["speedup"] = base[program]["time_s"] / r[program]["time_s"]
-      r[program]["memory_saving"] = 1 - r[program]["total_bytes"] / base[program]["total_bytes"]
-      fastest = min(results[n][program]["time_s"] for n in regular)
-      r[program]["speedup_vs_fastest_regular"] = fastest / r[program]["time_s"]
-    r["paper"] = config.paper.get(name)
-    rows.append(r)
-    print({k: v for k, v in r.items()}, flush=True)
-  sweep = run_module_sweep(config)
-  fused = None if not kernel else {"label": fused_lib.LABELS[kernel], "reason": fused_reason}
-  return {"rows": rows, "sweep": sweep, "fused": fused}
-
-
-def run_module_sweep(config) -> list:
-  points = []
-  for side in config.sweep_sides:
-    programs, accts = {}, {}
-    for name in config.modules:
-      model = build_module(name, config.channels, config)
-      _, acct, compiled, args = module_program(model, "infer", config.batch, side,
-                                                config.channels)
-      accts[name] = acct
-      if acct["total_bytes"] <= config.memory_budget_gib * GIB:
-        programs[name] = (compiled, _concrete(args))
-    times = time_side_by_side(programs, config.sweep_repeats, config.min_sample_s)
-    for name in config.modules:
-      points.append(dict(side=side, positions=side * side, operator=name, **accts[name],
-                         time_s=times[name]["time_s"] if name in times else None,
-                         over_budget=name not in programs))
-    print(f"sweep {side}²: " + ", ".join(
-        f"{n} {1e3 * t['time_s']:.3f}ms" for n, t in times.items()), flush=True)
-  return points
-
-
-def modules_markdown(config, result, machine: str) -> str:
-  fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
-  lines = [
-      f"# {config.title}", "",
-      f"Measured on {machine}. Command: `{measure_lib.command_of(config)}`.", "",
-      "Input 1×128×128×512 (the paper's 1×512×128×128, channels-last), float32. Params: every "
-      "trainable parameter. MACs: multiply-adds of the convolutions and matrix products of the "
-      "inference forward (the paper's torchprofile convention), solver loops counted K times. "
-      "XLA GFLOP: cost_analysis with the solver loops counted K times (XLA counts a loop body "
-      "once, so the Hamburger is counted on its program with the loops unrolled; see "
-      "`efficiency_modules.ham_flops`). Memory: XLA memory_analysis, temporaries + arguments + "
-      "outputs (arguments include the parameters and, in training, the input and the output "
-      "cotangent). Inference = evaluation mode forward; training = forward + backward (grads "
-      "w.r.t. parameters and input of <out, g>). Time: median of "
-      f"{config.repeats} interleaved samples after warm-up. The paper measured PyTorch on an "
-      "NVIDIA TITAN Xp ('GPU load', 'GPU time'), so compare ratios, not absolute values.", "",
-      "| module | params | paper params | MACs | paper MACs | XLA GFLOP (infer) | "
-      "temp MB infer / train | total MB infer / train | paper MB infer / train | "
-      "time ms infer / train | paper ms infer / train | speed-up vs SA infer / train | "
-      "paper speed-up infer / train | memory saved vs SA infer / train | paper saved |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  base_paper = config.paper.get(config.baseline)
-  for r in result["rows"]:
-    p = r["paper"]
-    i, t = r["infer"], r["train"]
-    if p:
-      pspeed = f"{base_paper[5] / p[5]:.1f}× / {base_paper[4] / p[4]:.1f}×"
-      psaved = f"{100 * (1 - p[3] / base_paper[3]):.1f}% / {100 * (1 - p[2] / base_paper[2]):.1f}%"
-      ppar, pmac = f"{p[0]:.2f}M", f"{p[1]:.1f}G"
-      pmem, ptime = f"{p[3]:.0f} / {p[2]:.0f}", f"{p[5]:.1f} / {p[4]:.1f}"
-    else:
-      pspeed = psaved = ppar = pmac = pmem = ptime = ""
-    lines.append(
-        f"| {LABELS[r['module']]} | {r['params'] / 1e6:.3f}M | {ppar} | {r['madd'] / 1e9:.1f}G | "
-        f"{pmac} | {i['xla_flops_loop_corrected'] / 1e9:.1f} | "
-        f"{i['temp_bytes'] / MB:.0f} / {t['temp_bytes'] / MB:.0f} | "
-        f"{i['total_bytes'] / MB:.0f} / {t['total_bytes'] / MB:.0f} | {pmem} | "
-        f"{1e3 * i['time_s']:.1f} / {1e3 * t['time_s']:.1f} | {ptime} | "
-        f"{i['speedup']:.1f}× / {t['speedup']:.1f}× | {pspeed} | "
-        f"{100 * i['memory_saving']:.1f}% / {100 * t['memory_saving']:.1f}% | {psaved} |")
-  del fmt
-  fused = result.get("fused")
-  if fused is None:
-    lines += ["", "Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none "
-              "on this device; the speed-ups are against XLA's SA."]
-  elif fused["reason"]:
-    lines += ["", f"{fused['label']}: SA not run with it: {fused['reason']}; the speed-ups are "
-              "against XLA's SA."]
-  else:
-    lines += ["", f"Speed-ups against the fastest regular attention here (XLA's SA or "
-              f"{fused['label']}), infer / train: " + ", ".join(
-                  f"{LABELS.get(r['module'], fused['label'])} "
-                  f"{r['infer']['speedup_vs_fastest_regular']:.1f}× / "
-                  f"{r['train']['speedup_vs_fastest_regular']:.1f}×" for r in result["rows"])
-              + "."]
-  lines += _sweep_lines(config, result["sweep"], "inference")
+  lines += measure_lib.sweep_lines(config, result["sweep"], "operators")
   return "\n".join(lines) + "\n"
 
 
@@ -485,19 +256,16 @@ def modules_markdown(config, result, machine: str) -> str:
 
 
 # The table modules of the other kinds (imported when used: they import experiments.measure).
-_MODULES = {"gan": "efficiency_gan", "aa": "efficiency_aa", "nets": "efficiency_nets",
-            "performance_goals": "performance_goals"}
+_MODULES = {"modules": "efficiency_modules", "gan": "efficiency_gan", "aa": "efficiency_aa",
+            "nets": "efficiency_nets", "performance_goals": "performance_goals"}
 
 
 def table(kind: str):
   """(run(config), markdown(config, result, machine_line)) of a table kind."""
   if kind == "operators":
     return run_operators, operators_markdown
-  if kind == "modules":
-    return run_modules, modules_markdown
   if kind not in _MODULES:
-    raise ValueError(f"config.kind = {kind!r}: must be one of operators|modules|"
-                     f"{'|'.join(_MODULES)}")
+    raise ValueError(f"config.kind = {kind!r}: must be one of operators|{'|'.join(_MODULES)}")
   module = importlib.import_module(f"experiments.{_MODULES[kind]}")
   return module.run, module.markdown
 
@@ -518,7 +286,9 @@ def main(argv):
   text = markdown(config, result, machine_line(result["machine"]))
   if config.table in plots.TABLE_PLOTS:
     text += "\n" + plots.table_plot(config.table, result, out_dir, stem) + "\n"
-  plot_sweep(config, result, out_dir)
+  if result.get("sweep"):
+    plots.sweep_plot(config, result["sweep"], out_dir / f"{stem}.png", LABELS,
+                     machine_line(result["machine"]))
   print(measure_lib.write(out_dir, stem, result, text))
 
 

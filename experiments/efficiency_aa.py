@@ -48,19 +48,19 @@ def _programs(model, side, channels):
   return infer_acct, train_acct, measure.madd_of(infer, state, x)
 
 
-def _operator_programs(side, heads, dk, dv):
-  """XLA temporaries of ops.relative_attention_2d alone (bfloat16 q, k, v), infer / train."""
-  from attention_lab import ops  # pylint: disable=g-import-not-at-top
-  bf = jnp.bfloat16
-  q = jax.ShapeDtypeStruct((1, side, side, heads, dk // heads), bf)
-  v = jax.ShapeDtypeStruct((1, side, side, heads, dv // heads), bf)
-  rel = jax.ShapeDtypeStruct((2 * side - 1, dk // heads), bf)
-  fwd = lambda q, k, v, rh, rw: ops.relative_attention_2d(q, k, v, rh, rw)
-  grad = jax.grad(lambda q, k, v, rh, rw: jnp.sum(fwd(q, k, v, rh, rw).astype(jnp.float32)),
-                  argnums=(0, 1, 2))
-  _, infer = measure.compile_fn(fwd, q, q, v, rel, rel)
-  _, train = measure.compile_fn(grad, q, q, v, rel, rel)
-  return infer, train
+def _operator_shapes(side, heads, dk, dv):
+  """Abstract bfloat16 (q, k, v, rel_h, rel_w) of the relative attention at a stage."""
+  q = jax.ShapeDtypeStruct((1, side, side, heads, dk // heads), jnp.bfloat16)
+  v = jax.ShapeDtypeStruct((1, side, side, heads, dv // heads), jnp.bfloat16)
+  rel = jax.ShapeDtypeStruct((2 * side - 1, dk // heads), jnp.bfloat16)
+  return q, q, v, rel, rel
+
+
+def _operator_programs(fwd, shapes):
+  """XLA accounting of the attention op alone: inference (fwd) and training (gradients of
+  the sum of its output w.r.t. q, k, v)."""
+  grad = jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2))
+  return measure.compile_fn(fwd, *shapes)[1], measure.compile_fn(grad, *shapes)[1]
 
 
 def relative_attention_with_bias(attend, q, k, v, rel_h, rel_w):
@@ -76,30 +76,26 @@ def relative_attention_with_bias(attend, q, k, v, rel_h, rel_w):
   return attend(flat(q), flat(k), flat(v), scale=scale, bias=bias.astype(q.dtype))
 
 
-def _fused_operator_programs(kernel, side, heads, dk, dv):
-  """XLA temporaries, infer / train, of the same relative attention through the device's fused
+def _fused_operator_programs(kernel, shapes):
+  """XLA accounting, infer / train, of the same relative attention through the device's fused
   kernel (the relative logits as its bias, so (HW)² bias memory remains), or why not."""
   from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
-  bf = jnp.bfloat16
-  q = jax.ShapeDtypeStruct((1, side, side, heads, dk // heads), bf)
-  v = jax.ShapeDtypeStruct((1, side, side, heads, dv // heads), bf)
-  rel = jax.ShapeDtypeStruct((2 * side - 1, dk // heads), bf)
-  n = side * side
-  flat = lambda t: t.reshape(1, n, *t.shape[-2:])
-  bias_shape = jax.ShapeDtypeStruct((1, heads, n, n), bf)
-  reason = efficiency_fused.unsupported_reason(kernel, flat(q), flat(q), flat(v),
-                                               bias=bias_shape, training=True)
+  q, _, v, _, _ = shapes
+  n = q.shape[1] * q.shape[2]
+  flat = lambda t: jax.ShapeDtypeStruct((1, n, *t.shape[-2:]), t.dtype)
+  bias = jax.ShapeDtypeStruct((1, q.shape[3], n, n), q.dtype)
+  reason = efficiency_fused.unsupported_reason(kernel, flat(q), flat(q), flat(v), bias=bias,
+                                               training=True)
   if reason:
     return {"reason": reason}
   attend = efficiency_fused.fused_attention(kernel)
-  fwd = lambda q, k, v, rh, rw: relative_attention_with_bias(attend, q, k, v, rh, rw)
-  grad = jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2))
-  _, infer = measure.compile_fn(fwd, q, q, v, rel, rel)
-  _, train = measure.compile_fn(grad, q, q, v, rel, rel)
+  infer, train = _operator_programs(
+      lambda *a: relative_attention_with_bias(attend, *a), shapes)
   return {"reason": None, "infer": infer, "train": train}
 
 
 def run(config) -> dict:
+  from attention_lab import ops  # pylint: disable=g-import-not-at-top
   from experiments import efficiency_fused  # pylint: disable=g-import-not-at-top
   kernel = efficiency_fused.kernel_of(config)
   rows = []
@@ -107,26 +103,25 @@ def run(config) -> dict:
     stage = dict(stage)
     aa = _layer(stage, config, True)
     conv = _layer(stage, config, False)
-    aa_params = measure.params_of(aa)
-    conv_params = measure.params_of(conv)
     aa_infer, aa_train, aa_madd = _programs(aa, stage["side"], stage["channels"])
     conv_infer, conv_train, conv_madd = _programs(conv, stage["side"], stage["channels"])
     hw = stage["attention_side"] ** 2
-    op_infer, op_train = _operator_programs(stage["attention_side"], config.heads, aa.dk, aa.dv)
+    shapes = _operator_shapes(stage["attention_side"], config.heads, aa.dk, aa.dv)
+    op_infer, op_train = _operator_programs(ops.relative_attention_2d, shapes)
     row = dict(
         stage=stage["name"], layers=stage["layers"], side=stage["side"],
         attention_side=stage["attention_side"], heads=config.heads, dk=aa.dk, dv=aa.dv,
         maps_bf16_bytes=config.heads * hw * hw * 2, maps_f32_bytes=config.heads * hw * hw * 4,
-        aa_params=aa_params, conv_params=conv_params,
-        attention_params=aa_params - (measure.params_of(aa.conv) if aa.conv else 0),
-        aa_madd=aa_madd, conv_madd=conv_madd,
-        op_infer=op_infer, op_train=op_train, aa_infer=aa_infer, aa_train=aa_train, conv_infer=conv_infer, conv_train=conv_train,
+        aa_params=measure.params_of(aa), conv_params=measure.params_of(conv),
+        attention_params=measure.params_of(aa) - (measure.params_of(aa.conv) if aa.conv else 0),
+        aa_madd=aa_madd, conv_madd=conv_madd, op_infer=op_infer, op_train=op_train,
+        aa_infer=aa_infer, aa_train=aa_train, conv_infer=conv_infer, conv_train=conv_train,
         paper=dict(config.paper).get(stage["name"]))
     if kernel:
-      row["fused"] = {"label": efficiency_fused.LABELS[kernel], **_fused_operator_programs(
-          kernel, stage["attention_side"], config.heads, aa.dk, aa.dv)}
+      row["fused"] = {"label": efficiency_fused.LABELS[kernel],
+                      **_fused_operator_programs(kernel, shapes)}
     rows.append(row)
-    print({k: v for k, v in row.items()}, flush=True)
+    print(row, flush=True)
   return {"rows": rows}
 
 

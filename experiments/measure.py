@@ -258,3 +258,61 @@ def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):
     return net.update(state, grads, rest)
 
   return step, jax.eval_shape(net.init) if abstract else net.init()
+
+
+def concrete(args, key=0):
+  """Replaces the ShapeDtypeStructs in args by random arrays (the rest stays as is)."""
+  def fill(a):
+    if isinstance(a, jax.ShapeDtypeStruct):
+      return jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
+    return a
+  return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
+
+
+# ----------------------------------------------------------------------------------------------
+# Sweeps over the grid side (the operator and module tables).
+
+
+def sweep(config, names, compile_at: Callable) -> list:
+  """Time and XLA memory of each of `names` at every `config.sweep_sides`.
+
+  compile_at(name, side) → (compiled, accounting, abstract args). Programs whose
+  XLA total exceeds `config.memory_budget_gib` are compiled but not run
+  (time_s None, over_budget); the others are timed side by side per side.
+  """
+  points = []
+  for side in config.sweep_sides:
+    programs, accts = {}, {}
+    for name in names:
+      compiled, accts[name], args = compile_at(name, side)
+      if accts[name]["total_bytes"] <= config.memory_budget_gib * GIB:
+        programs[name] = (compiled, concrete(args))
+    times = time_side_by_side(programs, config.sweep_repeats, config.min_sample_s)
+    for name in names:
+      points.append(dict(side=side, positions=side * side, operator=name, **accts[name],
+                         time_s=times[name]["time_s"] if name in times else None,
+                         over_budget=name not in programs))
+    print(f"sweep {side}²: " + ", ".join(
+        f"{n} {1e3 * t['time_s']:.3f}ms" for n, t in times.items()), flush=True)
+  return points
+
+
+def sweep_lines(config, sweep_points, what: str) -> list:
+  """Markdown of a sweep: ms and MB per name and side, linking the table's plot."""
+  if not sweep_points:
+    return []
+  names = list(dict.fromkeys(p["operator"] for p in sweep_points))
+  stem = output_stem(config)
+  lines = ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
+           f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
+           f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
+           "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in names) + " |",
+           "|---|" + "---|---|" * len(names)]
+  for side in dict.fromkeys(p["side"] for p in sweep_points):
+    cells = []
+    for o in names:
+      p = next(p for p in sweep_points if p["side"] == side and p["operator"] == o)
+      t = "over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}"
+      cells.append(f"{t} | {p['total_bytes'] / MB:.1f}")
+    lines.append(f"| {side}² | " + " | ".join(cells) + " |")
+  return lines

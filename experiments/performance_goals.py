@@ -146,7 +146,8 @@ def goal_ham_floor(config) -> dict:
   rate = mm_flops / times["matmul"]["time_s"]
   time_s = times["layer"]["time_s"]
   result = dict(
-      size=f"1×{c.channels}×{c.side}×{c.side}", steps=c.ham_steps, matmul_size=config.matmul_size,
+      size=f"1×{c.channels}×{c.side}×{c.side}", steps=c.ham_steps,
+      matmul_size=config.matmul_size,
       matmul_flops_per_s=rate, xla_flops=flops, xla_flops_uncorrected=acct["xla_flops"],
       temp_bytes=acct["temp_bytes"], time_s=time_s, floor_s=flops / rate,
       ratio=time_s * rate / flops, met=time_s * rate / flops <= config.floor_ratio_goal,

@@ -50,6 +50,36 @@ def grouped_bars(path, title: str, groups, panels, *, log: bool = False, rotate:
   return path
 
 
+def sweep_plot(config, sweep, path, labels: dict, machine_line: str):
+  """Time and XLA memory of every operator against the grid's positions (log-log); the
+  programs over the memory budget as crosses on the memory panel."""
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  mb = 1e6
+  for op in dict.fromkeys(p["operator"] for p in sweep):
+    pts = [p for p in sweep if p["operator"] == op]
+    timed = [p for p in pts if p["time_s"] is not None]
+    line, = axes[0].loglog([p["positions"] for p in timed], [1e3 * p["time_s"] for p in timed],
+                           "o-", label=labels[op])
+    axes[1].loglog([p["positions"] for p in pts], [p["total_bytes"] / mb for p in pts], "o-",
+                   color=line.get_color(), label=labels[op])
+    over = [p for p in pts if p["time_s"] is None]
+    if over:
+      axes[1].loglog([p["positions"] for p in over], [p["total_bytes"] / mb for p in over], "x",
+                     color=line.get_color(), markersize=10)
+  axes[1].axhline(config.memory_budget_gib * 2**30 / mb, color="k", ls="--", lw=0.8,
+                  label=f"budget {config.memory_budget_gib} GiB")
+  for ax, ylabel in zip(axes, ("time (ms, median)", "XLA memory, temp+args+out (MB)")):
+    ax.set_xlabel("spatial positions H·W")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line}", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 def _load(name):
   return json.loads((RESULTS / f"{name}.json").read_text())
 

@@ -121,7 +121,7 @@ def test_double_attention_counts():
   x = jnp.ones((1, 5, 6, 16))
   assert block(x).shape == x.shape
   # φ, θ, ρ: 16→8, 16→4, 16→4; out 8→16; all with bias.
-  assert efficiency.params_of(block) == (16 * 8 + 8) + 2 * (16 * 4 + 4) + (8 * 16 + 16)
+  assert measure.params_of(block) == (16 * 8 + 8) + 2 * (16 * 4 + 4) + (8 * 16 + 16)
 
 
 def test_sao_table5_whole_networks(monkeypatch, tmp_path):
@@ -269,11 +269,11 @@ def test_tables_add_a_fused_kernel_beside_xla(monkeypatch, tmp_path):
   config = ham_table3.get_config("tiny")
   config.fused_attention = "pallas"
   config.sweep_sides = ()
-  rows = {r["module"]: r for r in efficiency.run_modules(config)["rows"]}
+  rows = {r["module"]: r for r in efficiency_modules.run(config)["rows"]}
   assert rows["sa_fused"]["infer"]["time_s"] > 0
   assert rows["sa_fused"]["train"]["total_bytes"] > 0
   config.fused_attention = "cudnn"  # float32: excluded by cuDNN's rules, with the reason
-  assert "float32" in efficiency._fused_module(config)[1]
+  assert "float32" in efficiency_modules._fused_module(config)[1]
 
 
 def test_relative_attention_with_a_bias_matches_the_library_op():
