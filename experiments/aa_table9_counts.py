@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from absl import app
 from flax import nnx
 
+from attention_lab import cli
 from attention_lab.layers.augmented_conv import AugmentedConv
 from experiments import model_stats, plots
 
@@ -119,7 +120,8 @@ def _m(v):
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
   params_rows, flops_rows = search()
   checks = []
   for (name, _, c, s, a) in STAGES:
@@ -235,4 +237,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -3,26 +3,21 @@ and a short run of each default experiment, on the GPU or TPU present.
 
   python -m experiments.accelerator_report [--out=DIR] [--smoke] [--parts=NAME,...]
 
-Runs, one after the other, each as its own process (a failure stops only its part):
-- the efficiency tables (`python -m experiments.efficiency`): SAO Table 2 and KAO Table 1
-  in float32 and bfloat16 (with the device's fused regular attention, cuDNN or Pallas
-  flash, beside XLA's: experiments/efficiency_fused.py), Ham Table 3, Refined-SA Tables
-  2-3, AA Table 9, SAO Table 5 at the paper's batch in float32 and bfloat16, and the
-  performance goals (which time the official PyTorch NMF2D beside ours, on CUDA when
-  torch has it);
+Runs each part as its own process (experiments/runs.py; a failure stops only its part):
+- the efficiency tables (`python -m experiments.efficiency`): SAO Table 2 and KAO Table 1 in
+  float32 and bfloat16 (with the device's fused regular attention beside XLA's), Ham Table
+  3, Refined-SA Tables 2-3, AA Table 9, SAO Table 5 at the paper's batch in float32 and
+  bfloat16, and the performance goals;
 - the relative-attention comparison (`python -m experiments.relative_timm`);
-- each default experiment (`python -m attention_lab.main`: classification, segmentation,
-  restoration, GAN, detection) at accelerator size (a larger global batch, 300 steps),
-  with its examples/s, TFLOP/s per device and MFU read from the run's `perf/` TensorBoard
-  scalars (the `Final:` line's examples/s beside them).
+- each default experiment (`python -m attention_lab.main`) at accelerator size (a larger
+  global batch, 300 steps), with its examples/s, TFLOP/s per device and MFU read from the
+  run's `perf/` TensorBoard scalars (the `Final:` line's examples/s beside them).
 
-Writes under experiments/results/<device kind>/ (or --out): README.md (the summary:
-device, driver and library versions, every part's status and time, the runs' speed),
-environment.json, tables/ (each table's md / json / png), relative/, runs/<experiment>/
-(workdirs) and logs/<part>.log.
-
---smoke runs every part at its config's `:tiny` preset on whatever device is present
-(the CPU included), for tests; without it a CPU is refused (exit 2).
+Writes under experiments/results/<device kind>/ (or --out): README.md (device, driver and
+library versions, every part's status and time, the runs' speed), environment.json,
+report.json, tables/, relative/, runs/<experiment>/ (workdirs) and logs/<part>.log.
+--smoke runs every part at its config's `:tiny` preset on any device (the CPU included);
+without it a CPU is refused (exit 2).
 """
 
 import dataclasses
@@ -35,39 +30,38 @@ import platform
 import re
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import time
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from attention_lab import cli
+from experiments import runs
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-RESULTS = REPO / "experiments" / "results"
+RESULTS = runs.REPO / "experiments" / "results"
 
-_OUT = cli.define_once(flags.DEFINE_string, "out", "", "Output folder; default experiments/results/<device kind>.")
+_OUT = cli.define_once(flags.DEFINE_string, "out", "",
+                       "Output folder; default experiments/results/<device kind>.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Every part at its :tiny preset (any device).")
 _PARTS = flags.DEFINE_list("parts", [], "Only these parts (names as in the summary).")
 
 RUN_STEPS = 300
 # Default experiments at accelerator size: (config, global batch). The CPU configs' batches
 # (8-64) leave an accelerator idle; these fill one device and stay valid on 8.
-RUNS = {
-    "default": ("configs/default.py", 1024),
-    "segmentation": ("configs/segmentation/default.py", 64),
-    "restoration": ("configs/restoration/default.py", 64),
-    "gan": ("configs/gan/default.py", 256),
-    "detection": ("configs/detection/default.py", 128),
-}
+RUNS = {"default": ("configs/default.py", 1024),
+        "segmentation": ("configs/segmentation/default.py", 64),
+        "restoration": ("configs/restoration/default.py", 64),
+        "gan": ("configs/gan/default.py", 256),
+        "detection": ("configs/detection/default.py", 128)}
 PERF_TAGS = ("perf/examples_per_second", "perf/examples_per_second_per_device",
              "perf/step_seconds", "perf/tflops_per_device", "perf/mfu")
 
 
 @dataclasses.dataclass
 class Part:
-  """One process of the report: `python -m module --config=config[:preset] *overrides`."""
+  """One process of the report: `python -m module --config=config *overrides`."""
   name: str
   kind: str  # "table" | "relative" | "run"
   module: str
@@ -77,16 +71,15 @@ class Part:
 
 
 def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
-  """Every part of the report, in order (the goals table reads SAO / KAO's json). A table's
-  part is named as its files: <table>[_<dtype> unless float32] (measure.output_stem)."""
+  """Every part, in order (the goals table reads SAO / KAO's json). A table's part is named
+  as its files: <table>[_<dtype> unless float32]."""
   preset = ":tiny" if smoke else ""
-  tables = out / "tables"
   parts = []
 
   def table(name, config, what, *overrides):
     parts.append(Part(name, "table", "experiments.efficiency",
                       f"configs/efficiency/{config}.py{preset}",
-                      (f"--config.out_dir={tables}", *overrides), what))
+                      (f"--config.out_dir={out / 'tables'}", *overrides), what))
 
   for config, what in (("sao_table2", "SAO Table 2: operators, batch 1"),
                        ("kao_table1", "KAO Table 1: operators, batch 8")):
@@ -95,12 +88,11 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
   table("ham_table3", "ham_table3", "Ham Table 3: SA, A², Ham (CD, NMF) modules")
   table("isa_tables", "isa_tables", "Refined-SA Tables 2-3: SAGAN, ISAGAN, SGAN")
   table("aa_table9", "aa_table9", "AA Table 9: attention-map memory of AA-ResNet-50")
-  # On an accelerator the steps are timed at the paper's batch too (128 images of 224²).
-  paper_batch = () if smoke else ("--config.time_batch=128",)
-  table("sao_table5", "sao_table5", "SAO Table 5: whole-network train steps, float32",
-        *paper_batch)
-  table("sao_table5_bfloat16", "sao_table5", "SAO Table 5: whole-network train steps, bfloat16",
-        "--config.dtype=bfloat16", *paper_batch)
+  paper_batch = () if smoke else ("--config.time_batch=128",)  # 128 images of 224²
+  for dtype in ("float32", "bfloat16"):
+    table("sao_table5" + ("" if dtype == "float32" else "_bfloat16"), "sao_table5",
+          f"SAO Table 5: whole-network train steps, {dtype}",
+          *(() if dtype == "float32" else ("--config.dtype=bfloat16",)), *paper_batch)
   table("performance_goals", "performance_goals",
         "Performance goals, incl. Ham NMF against the official PyTorch NMF2D")
   parts.append(Part("relative_timm", "relative", "experiments.relative_timm",
@@ -115,13 +107,9 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
                     f"--config.checkpoint_every_steps={RUN_STEPS}"]
       if name == "gan":  # its FID features come from the default experiment's classifier
         overrides.append(f"--config.eval.classifier_workdir={out / 'runs' / 'default'}")
-    parts.append(Part(name, "run", "attention_lab.main", f"{config}{preset or ''}",
+    parts.append(Part(name, "run", "attention_lab.main", f"{config}{preset}",
                       tuple(overrides), f"default experiment {config}"))
   return parts
-
-
-# ----------------------------------------------------------------------------------------------
-# The machine.
 
 
 def device_slug(platform_name: str, device_kind: str) -> str:
@@ -143,249 +131,216 @@ def _cuda_versions() -> dict:
     from jax._src.lib import cuda_versions  # pylint: disable=g-import-not-at-top
   except ImportError:
     return {}
-  if cuda_versions is None:
-    return {}
   found = {}
-  for key, fn in (("cuda_runtime", "cuda_runtime_get_version"),
-                  ("cuda_driver", "cuda_driver_get_version"),
-                  ("cudnn", "cudnn_get_version"), ("cublas", "cublas_get_version"),
-                  ("cufft", "cufft_get_version"), ("cusolver", "cusolver_get_version"),
-                  ("cupti", "cupti_get_version"), ("cusparse", "cusparse_get_version")):
+  for key in ("cuda_runtime", "cuda_driver", "cudnn", "cublas", "cufft", "cusolver", "cupti",
+              "cusparse"):
     try:
-      found[key] = getattr(cuda_versions, fn)()
+      found[key] = getattr(cuda_versions, f"{key}_get_version")()
     except Exception:  # pylint: disable=broad-except  (absent without a GPU or driver)
       pass
   return found
 
 
 def _nvidia_smi() -> list[dict]:
+  fields = ("name", "driver_version", "memory.total", "power.limit", "clocks.max.sm")
   if not shutil.which("nvidia-smi"):
     return []
-  fields = ("name", "driver_version", "memory.total", "power.limit", "clocks.max.sm")
   try:
     out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}",
                           "--format=csv,noheader"], capture_output=True, text=True, timeout=30,
                          check=True).stdout
   except (subprocess.SubprocessError, OSError):
     return []
-  return [dict(zip(fields, (v.strip() for v in line.split(","))))
-          for line in out.splitlines() if line.strip()]
+  return [dict(zip(fields, (v.strip() for v in l.split(",")))) for l in out.splitlines()
+          if l.strip()]
 
 
 def environment() -> dict:
   """The device, its driver and the library versions the numbers depend on."""
   import jax  # pylint: disable=g-import-not-at-top
   from experiments import measure  # pylint: disable=g-import-not-at-top
-  devices = jax.devices()
-  d = devices[0]
-  env = {
-      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-      "platform": d.platform, "device_kind": d.device_kind, "device_count": len(devices),
-      "process_count": jax.process_count(),
-      "compute_capability": getattr(d, "compute_capability", None),
-      "host_cpu": measure.machine()["cpu"], "host_cores": os.cpu_count(),
-      "python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
-      "jax_cuda12_plugin": _version("jax-cuda12-plugin"), "libtpu": _version("libtpu")
-      or _version("libtpu-nightly"), "flax": _version("flax"), "torch": _version("torch"),
-      "cuda": _cuda_versions(), "nvidia_smi": _nvidia_smi(),
-  }
+  d = jax.devices()[0]
+  env = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+         "platform": d.platform, "device_kind": d.device_kind,
+         "device_count": jax.device_count(), "process_count": jax.process_count(),
+         "compute_capability": getattr(d, "compute_capability", None),
+         "host_cpu": measure.machine()["cpu"], "host_cores": os.cpu_count(),
+         "python": platform.python_version(), "jax": jax.__version__}
+  for package in ("jaxlib", "jax-cuda12-plugin", "libtpu", "flax", "torch"):
+    env[package.replace("-", "_")] = _version(package)
+  env["libtpu"] = env["libtpu"] or _version("libtpu-nightly")
+  env.update(cuda=_cuda_versions(), nvidia_smi=_nvidia_smi(), torch_cuda=None)
   try:
     import torch  # pylint: disable=g-import-not-at-top
     env["torch_cuda"] = torch.version.cuda if torch.cuda.is_available() else None
   except ImportError:
-    env["torch_cuda"] = None
+    pass
   return env
 
 
-# ----------------------------------------------------------------------------------------------
-# Running the parts and reading their results.
-
-
-def run_part(part: Part, out: pathlib.Path) -> dict:
-  """Runs one part as a process; its output goes to logs/<name>.log."""
-  log = out / "logs" / f"{part.name}.log"
-  log.parent.mkdir(parents=True, exist_ok=True)
-  command = [sys.executable, "-m", part.module, f"--config={part.config}", *part.overrides]
-  start = time.perf_counter()
-  with open(log, "w") as f:
-    f.write(" ".join(command) + "\n\n")
-    f.flush()
-    rc = subprocess.run(command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, check=False,
-                        env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                            filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}).returncode
-  seconds = time.perf_counter() - start
-  tail = [l for l in log.read_text().splitlines() if l.strip()][-1:] or [""]
-  status = {"name": part.name, "kind": part.kind, "what": part.what, "command": command,
-            "returncode": rc, "seconds": seconds, "log": str(log.relative_to(out)),
-            "error": None if rc == 0 else tail[0][-300:]}
-  print(f"[{part.name}] {'ok' if rc == 0 else f'FAILED (exit {rc})'} in {seconds:.1f} s",
-        flush=True)
-  return status
+def _records(path: pathlib.Path):
+  """The records of a TFRecord file (length, its CRC, data, its CRC), read without
+  TensorFlow; a truncated last record (a killed writer) is left out."""
+  data, i = path.read_bytes(), 0
+  while i + 12 <= len(data):
+    (length,) = struct.unpack("<Q", data[i:i + 8])
+    if i + 16 + length > len(data):
+      return
+    yield data[i + 12:i + 12 + length]
+    i += 16 + length
 
 
 def read_perf(workdir: pathlib.Path) -> dict:
   """{tag: [values in step order]} of the run's `perf/` TensorBoard scalars (may be empty)."""
-  from tensorboard.backend.event_processing import event_file_loader  # pylint: disable=g-import-not-at-top
+  from tensorboard.compat.proto import event_pb2  # pylint: disable=g-import-not-at-top
   from tensorboard.util import tensor_util  # pylint: disable=g-import-not-at-top
   found = {}
   for path in sorted(workdir.glob("events.out.tfevents.*")):
-    for event in event_file_loader.EventFileLoader(str(path)).Load():
-      for value in event.summary.value:
-        if value.tag.startswith("perf/"):
-          number = (float(tensor_util.make_ndarray(value.tensor)) if value.HasField("tensor")
-                    else float(value.simple_value))
-          found.setdefault(value.tag, []).append((event.step, number))
+    for record in _records(path):
+      event = event_pb2.Event.FromString(record)
+      for v in event.summary.value:
+        if v.tag.startswith("perf/"):
+          number = (float(tensor_util.make_ndarray(v.tensor)) if v.HasField("tensor")
+                    else float(v.simple_value))
+          found.setdefault(v.tag, []).append((event.step, number))
   return {tag: [v for _, v in sorted(points)] for tag, points in found.items()}
 
 
-def final_line(log: pathlib.Path) -> dict:
-  """The run's `Final:` metrics (key=value pairs), {} when there is none."""
-  lines = [l for l in log.read_text().splitlines() if l.startswith("Final:")] if log.exists() else []
-  if not lines:
-    return {}
-  return {k: float(v) for k, v in re.findall(r"(\w+)=([-+0-9.eE]+|nan|inf)", lines[-1])}
+def run_part(part: Part, out: pathlib.Path) -> dict:
+  """Runs one part; its output goes to logs/<name>.log."""
+  log = out / "logs" / f"{part.name}.log"
+  run = runs.run_module(part.module, [f"--config={part.config}", *part.overrides], log=log)
+  print(f"[{part.name}] {'ok' if not run.returncode else f'FAILED (exit {run.returncode})'} "
+        f"in {run.wall_s:.1f} s", flush=True)
+  return {"name": part.name, "kind": part.kind, "what": part.what, "command": run.command,
+          "returncode": run.returncode, "seconds": run.wall_s,
+          "log": str(log.relative_to(out)), "error": run.error, "final": run.final}
 
 
 def run_summary(status: dict, out: pathlib.Path) -> dict:
   """Medians of the run's perf/ scalars and its Final line; absent tags are None."""
   workdir = out / "runs" / status["name"]
   perf = read_perf(workdir) if workdir.exists() else {}
-  final = final_line(out / status["log"])
   saved = workdir / "config.json"  # the run's own record of its config
   config = json.loads(saved.read_text()) if saved.exists() else {}
   return {"batch": config.get("batch_size"), "steps": config.get("num_train_steps"),
           **{tag.split("/", 1)[1]: statistics.median(perf[tag]) if perf.get(tag) else None
              for tag in PERF_TAGS},
-          "final_examples_per_second": final.get("examples_per_second"),
-          "final": final}
-
-
-# ----------------------------------------------------------------------------------------------
-# The summary.
+          "final_examples_per_second": status["final"].get("examples_per_second"),
+          "final": status["final"]}
 
 
 def _fmt(v, f=".3g"):
   return "—" if v is None else format(v, f)
 
 
-def _link(out: pathlib.Path, status: dict) -> str:
-  if status["kind"] == "table":
-    name = status["name"]
-    files = [p for p in (out / "tables" / f"{name}.md", out / "tables" / f"{name}.json")
-             if p.exists()]
-  elif status["kind"] == "relative":
-    files = [p for p in (out / "relative" / "relative_timm.md",) if p.exists()]
-  else:
-    files = [p for p in (out / "runs" / status["name"],) if p.exists()]
-  links = [f"[{p.name}]({p.relative_to(out)})" for p in files]
-  return ", ".join(links + [f"[log]({status['log']})"])
+def _links(out: pathlib.Path, status: dict) -> str:
+  files = {"table": [out / "tables" / f"{status['name']}.{e}" for e in ("md", "json")],
+           "relative": [out / "relative" / "relative_timm.md"],
+           "run": [out / "runs" / status["name"]]}[status["kind"]]
+  return ", ".join([f"[{p.name}]({p.relative_to(out)})" for p in files if p.exists()]
+                   + [f"[log]({status['log']})"])
 
 
 def fused_notes(out: pathlib.Path) -> list[str]:
   """The operator tables' fused regular-attention rows: run, or why not."""
   lines = []
   for path in sorted((out / "tables").glob("*_table*.json")):
-    rows = json.loads(path.read_text()).get("fused")
-    for r in rows or []:
+    for r in json.loads(path.read_text()).get("fused") or []:
       result = (f"{1e3 * r['time_s']:.3f} ms (XLA {1e3 * r['xla_attn_time_s']:.3f} ms)"
                 if r.get("time_s") else f"not run: {r['reason']}")
       lines.append(f"| {path.stem} | {r['size']} | {r['label']} | {result} |")
   return lines
 
 
-def summary_markdown(env: dict, statuses: list[dict], runs: dict, out: pathlib.Path,
+def summary_markdown(env: dict, statuses: list[dict], summaries: dict, out: pathlib.Path,
                      smoke: bool) -> str:
-  cuda = env.get("cuda") or {}
-  smi = env.get("nvidia_smi") or []
+  capability = env.get("compute_capability")
   lines = [
       f"# Accelerator report: {env['device_kind']}", "",
-      f"{'Smoke run (every part at its `:tiny` preset; the numbers mean nothing)' if smoke else 'Measured'} "
-      f"on {env['date']}: {env['device_count']} × {env['device_kind']} ({env['platform']}"
-      f"{', compute capability ' + str(env['compute_capability']) if env.get('compute_capability') else ''}), "
+      ("Smoke run (every part at its `:tiny` preset; the numbers mean nothing)" if smoke
+       else "Measured") + f" on {env['date']}: {env['device_count']} × {env['device_kind']} "
+      f"({env['platform']}{f', compute capability {capability}' if capability else ''}), "
       f"{env['process_count']} process(es); host {env['host_cpu']}, {env['host_cores']} cores. "
       f"Command: `python -m experiments.accelerator_report{' --smoke' if smoke else ''}`.", "",
       "| library | version |", "|---|---|",
       *(f"| {k} | {env[k]} |" for k in ("python", "jax", "jaxlib", "jax_cuda12_plugin",
-                                         "libtpu", "flax", "torch", "torch_cuda")
-        if env.get(k)),
-      *(f"| {k} | {v} |" for k, v in cuda.items()),
+                                         "libtpu", "flax", "torch", "torch_cuda") if env.get(k)),
+      *(f"| {k} | {v} |" for k, v in (env.get("cuda") or {}).items()),
       *(f"| GPU {i} (nvidia-smi) | {', '.join(f'{k} {v}' for k, v in g.items())} |"
-        for i, g in enumerate(smi)), "",
-      "## Parts", "",
-      "| part | what | status | seconds | results |", "|---|---|---|---|---|"]
+        for i, g in enumerate(env.get("nvidia_smi") or [])),
+      "", "## Parts", "", "| part | what | status | seconds | results |", "|---|---|---|---|---|"]
   for s in statuses:
-    state = "ok" if s["returncode"] == 0 else f"**failed** (exit {s['returncode']}): `{s['error']}`"
+    state = "ok" if not s["returncode"] else f"**failed** (exit {s['returncode']}): `{s['error']}`"
     lines.append(f"| {s['name']} | {s['what']} | {state} | {s['seconds']:.1f} | "
-                 f"{_link(out, s)} |")
-  if runs:
+                 f"{_links(out, s)} |")
+  if summaries:
     lines += [
         "", "## Default experiments at accelerator size", "",
         "Medians over the run's log steps of its `perf/` TensorBoard scalars (compilation "
         "excluded); MFU where the device's peak is known (none on a CPU); '—' where the run "
         "wrote no such scalar. The `Final:` column is the run's own median examples/s.", "",
-        "| experiment | global batch | steps | examples/s | examples/s per device | "
-        "step ms | TFLOP/s per device | MFU | Final: examples/s |",
-        "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in runs.items():
+        "| experiment | global batch | steps | examples/s | examples/s per device | step ms | "
+        "TFLOP/s per device | MFU | Final: examples/s |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in summaries.items():
       step = None if r["step_seconds"] is None else 1e3 * r["step_seconds"]
-      mfu = None if r["mfu"] is None else 100 * r["mfu"]
+      mfu = "—" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
       lines.append(
-          f"| {name} | {r['batch'] or '—'} | {r['steps'] or '—'} | {_fmt(r['examples_per_second'], '.1f')} | "
+          f"| {name} | {r['batch'] or '—'} | {r['steps'] or '—'} | "
+          f"{_fmt(r['examples_per_second'], '.1f')} | "
           f"{_fmt(r['examples_per_second_per_device'], '.1f')} | {_fmt(step, '.2f')} | "
-          f"{_fmt(r['tflops_per_device'])} | {_fmt(mfu, '.1f')}{'%' if mfu is not None else ''} | "
-          f"{_fmt(r['final_examples_per_second'], '.1f')} |")
+          f"{_fmt(r['tflops_per_device'])} | {mfu} | {_fmt(r['final_examples_per_second'], '.1f')} |")
   fused = fused_notes(out)
   lines += ["", "## Fused regular attention (the strongest regular-attention baseline)", ""]
-  if fused:
-    lines += ["The operator tables time the device's fused kernel beside XLA's regular "
-              "attention and give every speed-up also against the faster of the two "
-              "(`experiments/efficiency_fused.py` states the kernels' rules).", "",
-              "| table | input | kernel | time |", "|---|---|---|---|", *fused]
-  else:
-    lines.append("None on this device (cuDNN flash attention needs a GPU, the Pallas flash "
-                 "kernel a TPU): the tables compare against XLA's regular attention only.")
+  lines += (["The operator tables time the device's fused kernel beside XLA's regular "
+             "attention and give every speed-up also against the faster of the two "
+             "(`experiments/efficiency_fused.py` states the kernels' rules).", "",
+             "| table | input | kernel | time |", "|---|---|---|---|", *fused] if fused else
+            ["None on this device (cuDNN flash attention needs a GPU, the Pallas flash "
+             "kernel a TPU): the tables compare against XLA's regular attention only."])
   return "\n".join(lines) + "\n"
 
 
-def main(argv):
-  del argv
-  import jax  # pylint: disable=g-import-not-at-top
-  smoke = _SMOKE.value
-  backend = jax.default_backend()
-  if backend == "cpu" and not smoke:
-    print("accelerator_report: no GPU or TPU here (jax backend 'cpu'); --smoke checks the "
-          "command at tiny size on the CPU", file=sys.stderr)
-    sys.exit(2)
-  env = environment()
-  out = pathlib.Path(_OUT.value) if _OUT.value else RESULTS / device_slug(
-      env["platform"], env["device_kind"])
-  parts = plan(out.resolve(), smoke)
-  unknown = set(_PARTS.value) - {p.name for p in parts}
-  if unknown:
-    print(f"accelerator_report: --parts has unknown names {sorted(unknown)}; expected some of "
-          f"{[p.name for p in parts]}", file=sys.stderr)
-    sys.exit(2)
-  if _PARTS.value:
-    parts = [p for p in parts if p.name in _PARTS.value]
+def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool) -> list[dict]:
+  """Runs the parts one after the other; rewrites report.json and README.md after each."""
   out.mkdir(parents=True, exist_ok=True)
   (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
-  statuses, runs = [], {}
+  statuses, summaries = [], {}
   start = time.perf_counter()
   for part in parts:
-    status = run_part(part, out.resolve())
-    statuses.append(status)
+    statuses.append(run_part(part, out))
     if part.kind == "run":
-      runs[part.name] = run_summary(status, out.resolve())
-    report = {"environment": env, "smoke": smoke, "parts": statuses, "runs": runs,
-              "seconds": time.perf_counter() - start}
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    (out / "README.md").write_text(summary_markdown(env, statuses, runs, out.resolve(), smoke))
+      summaries[part.name] = run_summary(statuses[-1], out)
+    data = {"environment": env, "smoke": smoke, "parts": statuses, "runs": summaries,
+            "seconds": time.perf_counter() - start}
+    (out / "report.json").write_text(json.dumps(data, indent=1, default=str))
+    (out / "README.md").write_text(summary_markdown(env, statuses, summaries, out, smoke))
   failed = [s["name"] for s in statuses if s["returncode"]]
   print(f"accelerator_report: {len(statuses) - len(failed)}/{len(statuses)} parts ok in "
         f"{time.perf_counter() - start:.0f} s; summary {out / 'README.md'}"
         + (f"; failed: {', '.join(failed)}" if failed else ""))
-  sys.exit(1 if failed else 0)
+  return statuses
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; flags are --out, --smoke and --parts")
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.default_backend() == "cpu" and not _SMOKE.value:
+    cli.fail("no GPU or TPU here (jax backend 'cpu'); --smoke checks the command at tiny "
+             "size on the CPU")
+  env = environment()
+  out = (pathlib.Path(_OUT.value) if _OUT.value
+         else RESULTS / device_slug(env["platform"], env["device_kind"])).resolve()
+  parts = plan(out, _SMOKE.value)
+  unknown = set(_PARTS.value) - {p.name for p in parts}
+  if unknown:
+    cli.fail(f"--parts has unknown names {sorted(unknown)}; expected some of "
+             f"{[p.name for p in parts]}")
+  parts = [p for p in parts if p.name in _PARTS.value] if _PARTS.value else parts
+  statuses = report(env, out, parts, _SMOKE.value)
+  sys.exit(1 if any(s["returncode"] for s in statuses) else 0)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -16,10 +16,11 @@ import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
 from absl import app, flags
+
+from attention_lab import cli
+from experiments import runs
 
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v5e:2x2", "v5e:4x4", "v4:2x2x2"], "TPU slices.")
 _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSONs.")
@@ -83,10 +84,9 @@ def _json_path(config: str, topology: str, folder: str = "aot") -> str:
   return os.path.join(RESULTS, folder, f"{name}_{topology.replace(':', '_')}.json")
 
 
-def _aot(config: str, topology: str, out: str, *overrides: str):
-  return subprocess.run(
-      [sys.executable, "-m", "attention_lab.aot", f"--config={config}", f"--topology={topology}",
-       f"--json={out}", *overrides], capture_output=True, text=True)
+def _aot(config: str, topology: str, out: str, *overrides: str) -> runs.Run:
+  return runs.run_module("attention_lab.aot", [f"--config={config}", f"--topology={topology}",
+                                               f"--json={out}", *overrides])
 
 
 def _compile(config: str, topology: str, out: str):
@@ -96,7 +96,7 @@ def _compile(config: str, topology: str, out: str):
     return
   result = _aot(config, topology, out)
   uneven = re.search(r"batch_size = (\d+): must be divisible by the number of devices "
-                     r"in the mesh \((\d+)\)", result.stderr)
+                     r"in the mesh \((\d+)\)", result.output)
   if uneven:  # e.g. KAO Table 5's batch 10: the next multiple of the device count
     batch, devices = map(int, uneven.groups())
     rounded = -(-batch // devices) * devices
@@ -106,7 +106,7 @@ def _compile(config: str, topology: str, out: str):
         r = {**json.load(f), "config_batch": batch}
       with open(out, "w") as f:
         json.dump(r, f, indent=1)
-  print(result.stdout.strip() or result.stderr.strip()[-500:], flush=True)
+  print(result.output.strip()[-500:], flush=True)
 
 
 def _row(config: str, topology: str, path: str, extra: str = "") -> str:
@@ -127,7 +127,16 @@ def _row(config: str, topology: str, path: str, extra: str = "") -> str:
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; see --help")
+  for config in _CONFIGS.value or ():
+    try:
+      cli.load_config(config, field="--configs")
+    except cli.ConfigError as e:
+      cli.fail(str(e))
+  for topology in _TOPOLOGIES.value:
+    if ":" not in topology:
+      cli.fail(f"--topologies: {topology!r} is not KIND:SHAPE (e.g. v5e:2x2)")
   if _GPU.value:
     return gpu_table()
   configs = _CONFIGS.value or train_configs()
@@ -228,4 +237,4 @@ def gpu_table():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

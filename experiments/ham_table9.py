@@ -29,6 +29,7 @@ import numpy as np
 from absl import app
 from flax import nnx
 
+from attention_lab import cli
 from attention_lab import ops
 from attention_lab.layers.hamburger import Hamburger
 from experiments import plots
@@ -73,7 +74,8 @@ def hamburger_params(temperature: float) -> int:
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
   x = tokens(jax.random.key(0))
   rows = []
   for t, (best, mean) in PAPER.items():
@@ -126,4 +128,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -107,8 +107,12 @@ def main(argv):
     host, results = saved["machine"], saved["results"]
   else:
     host, results = machine(), []
-    for path in _CONFIGS.value or paper_configs():
-      config = cli._load_config(path)  # pylint: disable=protected-access
+    paths = _CONFIGS.value or paper_configs()
+    try:
+      configs = {path: cli.load_config(path, field="--configs") for path in paths}
+    except cli.ConfigError as e:
+      cli.fail(str(e))
+    for path, config in configs.items():
       try:
         result = throughput.run(
             config, path, batch_size=_BATCH.value, seconds=_SECONDS.value,
@@ -129,4 +133,4 @@ def main(argv):
 
 if __name__ == "__main__":
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from absl import app
 from flax import nnx
 
+from attention_lab import cli
 from attention_lab import models
 from experiments import plots
 
@@ -215,7 +216,8 @@ def _rel(ours, paper):
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
   lines, records = ["# Model parameters and MAdd beside the papers", ""], []
   lines.append(
       "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch norm; "
@@ -247,4 +249,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -1,11 +1,21 @@
-"""experiments.accelerator_report: its plan covers every part, and --smoke runs end to end."""
+"""experiments.accelerator_report: its plan covers every part with valid commands, and a
+report writes the summary, the tables' links and the runs' speed.
+
+The parts' processes are stood in for by what those commands write (the trainer's perf/
+scalars and config.json: tests/train/test_perf.py; the efficiency tables' md / json:
+tests/experiments/test_efficiency.py), so the report itself runs in about a second."""
 
 import json
 import pathlib
 import subprocess
 import sys
 
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer import record_writer
+
+from attention_lab import cli
 from experiments import accelerator_report as report
+from experiments import runs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TABLES = {"sao_table2", "sao_table2_bfloat16", "kao_table1", "kao_table1_bfloat16",
@@ -29,6 +39,8 @@ def test_plan_covers_every_table_the_relative_comparison_and_the_default_runs(tm
   assert not any(p.config.endswith(":tiny") for p in full.values())
   assert f"--config.num_train_steps={report.RUN_STEPS}" in full["default"].overrides
   assert any(o.startswith("--config.eval.classifier_workdir=") for o in full["gan"].overrides)
+  for p in [*parts.values(), *full.values()]:  # every command's config and fields exist
+    cli._check_overrides(cli.load_config(p.config, root=str(REPO)), p.overrides)  # pylint: disable=protected-access
 
 
 def test_device_slug():
@@ -37,31 +49,63 @@ def test_device_slug():
   assert report.device_slug("cpu", "cpu") == "cpu"
 
 
-def _command(*args):
-  return subprocess.run([sys.executable, "-m", "experiments.accelerator_report", *args],
-                        cwd=REPO, capture_output=True, text=True, check=False)
-
-
 def test_a_cpu_without_smoke_is_refused_in_one_line():
-  done = _command()
+  done = subprocess.run([sys.executable, "-m", "experiments.accelerator_report"], cwd=REPO,
+                        capture_output=True, text=True, check=False)
   assert done.returncode == 2
-  assert done.stderr.strip().splitlines()[-1].startswith("accelerator_report: no GPU or TPU")
+  assert done.stderr.strip().splitlines()[-1].startswith("error: no GPU or TPU")
   assert "Traceback" not in done.stderr
 
 
-def test_smoke_writes_the_summary_tables_and_run_speed(tmp_path):
-  done = _command("--smoke", f"--out={tmp_path}", "--parts=aa_table9,default")
-  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-  env = json.loads((tmp_path / "environment.json").read_text())
+def _scalar_event(step: int, tag: str, value: float) -> event_pb2.Event:
+  return event_pb2.Event(step=step, summary=summary_pb2.Summary(
+      value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
+
+
+def _fake_process(module, args, *, log=None):
+  """What the part's command writes, without running it."""
+  flags = dict(a[2:].split("=", 1) for a in args)
+  if module == "attention_lab.main":
+    workdir = pathlib.Path(flags["workdir"])
+    workdir.mkdir(parents=True)
+    (workdir / "config.json").write_text(json.dumps({"batch_size": 8, "num_train_steps": 4}))
+    with open(workdir / "events.out.tfevents.0.host", "wb") as f:  # TFRecords, as TF writes
+      writer = record_writer.RecordWriter(f)
+      for step, speed in ((2, 10.0), (4, 14.0)):
+        for tag, value in (("perf/examples_per_second", speed),
+                           ("perf/examples_per_second_per_device", speed / 8),
+                           ("perf/step_seconds", 8 / speed), ("perf/tflops_per_device", 1e-3)):
+          writer.write(_scalar_event(step, tag, value).SerializeToString())
+    output = "step 4/4\nFinal: eval_top1=0.5000, examples_per_second=12.0000\n"
+  else:
+    stem = pathlib.Path(flags["config"].split(":")[0]).stem
+    stem += "_bfloat16" if flags.get("config.dtype") == "bfloat16" else ""
+    tables = pathlib.Path(flags["config.out_dir"])
+    tables.mkdir(parents=True, exist_ok=True)
+    (tables / f"{stem}.md").write_text("| table |\n")
+    (tables / f"{stem}.json").write_text("{}")
+    output = "written\n"
+  log.parent.mkdir(parents=True, exist_ok=True)
+  log.write_text(output)
+  return runs.Run([sys.executable, "-m", module, *args], 0, 1.0, 1.0, 0.0, 0.0,
+                  runs.parse_final(output), output)
+
+
+def test_a_report_writes_the_summary_tables_and_run_speed(tmp_path, monkeypatch):
+  monkeypatch.setattr(runs, "run_module", _fake_process)
+  env = report.environment()
   assert env["platform"] == "cpu" and env["jax"] and env["jaxlib"]
+  parts = [p for p in report.plan(tmp_path, smoke=True) if p.name in ("aa_table9", "default")]
+  statuses = report.report(env, tmp_path, parts, smoke=True)
+  assert [s["returncode"] for s in statuses] == [0, 0]
+  assert json.loads((tmp_path / "environment.json").read_text())["platform"] == "cpu"
   data = json.loads((tmp_path / "report.json").read_text())
   assert [p["name"] for p in data["parts"]] == ["aa_table9", "default"]
-  assert (tmp_path / "tables" / "aa_table9.md").exists()
   run = data["runs"]["default"]
-  # The run's perf/ scalars and its Final line are both read, and agree on the scale.
-  assert run["examples_per_second"] > 0 and run["final_examples_per_second"] > 0
+  # The run's perf/ scalars (medians) and its Final line are both read.
+  assert run["examples_per_second"] == 12.0 and run["final_examples_per_second"] == 12.0
   assert run["tflops_per_device"] > 0 and run["mfu"] is None  # no MFU on a CPU
-  assert run["batch"] and run["steps"]
+  assert run["batch"] == 8 and run["steps"] == 4
   text = (tmp_path / "README.md").read_text()
   assert "| aa_table9 |" in text and "(tables/aa_table9.md)" in text
   assert "| default |" in text and "None on this device" in text
@@ -69,7 +113,6 @@ def test_smoke_writes_the_summary_tables_and_run_speed(tmp_path):
 
 def test_read_perf_tolerates_a_run_without_perf_scalars(tmp_path):
   assert report.read_perf(tmp_path) == {}
-  assert report.final_line(tmp_path / "missing.log") == {}
-  log = tmp_path / "run.log"
-  log.write_text("step 2/4 ...\nFinal: eval_top1=0.5000, examples_per_second=12.5000\n")
-  assert report.final_line(log) == {"eval_top1": 0.5, "examples_per_second": 12.5}
+  assert runs.parse_final("no final line") == {}
+  assert runs.parse_final("step 2/4 ...\nFinal: eval_top1=0.5000, examples_per_second=12.5000\n"
+                          ) == {"eval_top1": 0.5, "examples_per_second": 12.5}
