@@ -54,21 +54,28 @@ def _config_argument(argv):
   return None
 
 
-def _load_config(spec: str):
-  """The config of `FILE[:preset]` as config_flags builds it, with one-line errors."""
-  path, _, preset = spec.partition(":")
+def load_config(spec: str, field: str = "--config", root: str | None = None):
+  """The config of `FILE[:preset]`, as config_flags builds it: the file's
+  get_config(preset), or get_config() without a preset. A relative FILE that is not found
+  from the working directory is looked up under `root` (if given). `field` names the
+  flag or config field in the one-line ConfigError (a ValueError) for a missing file, a
+  file without get_config() or a preset it rejects."""
+  file, _, preset = spec.partition(":")
+  path = file
+  if root and not os.path.exists(file) and os.path.exists(os.path.join(root, file)):
+    path = os.path.join(root, file)
   if not os.path.isfile(path):
-    raise ConfigError(f"--config = {path!r}: no such file (expected a configs/**.py file, "
+    raise ConfigError(f"{field} = {file!r}: no such file (expected a configs/**.py file, "
                       "optionally with ':preset')")
   module_spec = importlib.util.spec_from_file_location("_attention_lab_config", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   if not hasattr(module, "get_config"):
-    raise ConfigError(f"--config = {path!r}: the file defines no get_config()")
+    raise ConfigError(f"{field} = {file!r}: the file defines no get_config()")
   try:
     return module.get_config(preset) if preset else module.get_config()
   except ValueError as e:
-    raise ConfigError(f"--config = {spec!r}: {e}") from None
+    raise ConfigError(f"{field} = {spec!r}: {e}") from None
 
 
 def _check_overrides(config, argv) -> None:
@@ -95,7 +102,7 @@ def parse_flags(argv):
   try:
     spec = _config_argument(argv)
     if spec is not None:
-      _check_overrides(_load_config(spec), argv)
+      _check_overrides(load_config(spec), argv)
     return flags.FLAGS(argv)
   except (ConfigError, flags.Error) as e:
     if debug:
@@ -104,10 +111,11 @@ def parse_flags(argv):
     fail(lines[-1] if "Traceback" in str(e) else lines[0])
 
 
-def _leaves(config, prefix=""):
+def config_leaves(config, prefix=""):
+  """(dotted path, value) of every leaf of a (nested) config."""
   for key, value in config.items():
     if hasattr(value, "items"):
-      yield from _leaves(value, f"{prefix}{key}.")
+      yield from config_leaves(value, f"{prefix}{key}.")
     else:
       yield f"{prefix}{key}", value
 
@@ -118,7 +126,7 @@ def name_field(message: str, config) -> str:
   match = re.match(r"(\w+) must be ", message)
   if not match:
     return message
-  paths = [(p, v) for p, v in _leaves(config) if p.rsplit(".", 1)[-1] == match.group(1)]
+  paths = [(p, v) for p, v in config_leaves(config) if p.rsplit(".", 1)[-1] == match.group(1)]
   if len(paths) != 1 or paths[0][0] == match.group(1):
     return message
   return f"{paths[0][0]} = {paths[0][1]!r}: {message}"

@@ -61,7 +61,7 @@ def test_tiny_config_on_two_h100s(tmp_path):
   import jax  # pylint: disable=g-import-not-at-top
   from attention_lab import cli  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_platforms", "cpu")
-  config = cli._load_config("configs/default.py:tiny")  # pylint: disable=protected-access
+  config = cli.load_config("configs/default.py:tiny")
   config.dataset.data_dir = str(tmp_path / "tfds")
   r = aot.analyse(config, "h100x2")
   assert "2 × NVIDIA H100 80GB HBM3, global batch 16 (8 per device), 4,898 parameters" in (

@@ -135,7 +135,7 @@ def parsed_config(argv):
   for an unknown override, as `cli.parse_flags` reports it."""
   spec = next(a.split("=", 1)[1] for a in argv if a.startswith("--config="))
   overrides = [a for a in argv if a.startswith("--config.")]
-  cli._check_overrides(cli._load_config(spec), overrides)  # pylint: disable=protected-access
+  cli._check_overrides(cli.load_config(spec), overrides)  # pylint: disable=protected-access
   argv = ["prog", f"--config={spec}", *overrides]
   values = flags.FlagValues()
   config_flags.DEFINE_config_file("config", None, "", flag_values=values, sys_argv=argv)

@@ -1,7 +1,10 @@
-"""THE train loop, for every task: mesh, state placement, data feeding, jit,
-checkpoints, SIGTERM, progress and metric writing. It knows no model and no loss:
-`config.task` names a module of attention_lab/train/tasks/ that owns those (see
-tasks/base.py for the contract).
+"""THE train loop, for every task: mesh, state placement, data feeding, jit, and when to
+check, log, evaluate and save. It knows no model and no loss: `config.task` names a
+module of attention_lab/train/tasks/ that owns those (see tasks/base.py for the
+contract). Beside it: signals.py (SIGTERM), console.py (progress lines), metric_writing.py
+(TensorBoard, once per step across resumes), parameters.py (the parameter table),
+images.py (PNG export), validation.py (config checks) and checkpointing.py (what is saved
+and restored).
 
 The state is a pytree of arrays placed with NamedSharding over a
 `jax.sharding.Mesh` with one "data" axis (replicated, or parameters split along
@@ -14,24 +17,22 @@ reductions (gradients, BatchNorm statistics over the global batch), so the loss
 does not depend on the device count.
 """
 
-import contextlib
-import glob
-import os
-import signal
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import logging
-from clu import metric_writers
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab.train import checkpointing, data_faults, perf, profiling, tasks
+from attention_lab.train import (checkpointing, console, data_faults, images, metric_writing,
+                                 perf, profiling, tasks)
+from attention_lab.train.parameters import count_parameters, write_table
+from attention_lab.train.signals import PREEMPTION, Interrupted
+from attention_lab.train.signals import install_sigterm_handler  # pylint: disable=unused-import  # main's
+from attention_lab.train.validation import check_workdir, validate_config
 
 
 def make_mesh(config, devices=None) -> jax.sharding.Mesh:
@@ -67,15 +68,6 @@ def state_shardings(state, mesh, rule: str):
   return jax.tree.map(spec, state)
 
 
-def _check_workdir(workdir: str) -> None:
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise ValueError(f"workdir {workdir!r} cannot be written: {e}") from None
-
-
 def _is_key(x):
   """A typed PRNG key array, or its abstract ShapeDtypeStruct."""
   return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
@@ -97,144 +89,12 @@ class NonFiniteError(RuntimeError):
   """A train step gave a non-finite metric (loss) or state; the run stopped before saving it."""
 
 
-class _Interrupted(BaseException):
-  """Raised by the SIGTERM handler inside an interruptible region (not an Exception, so a
-  task's `except Exception` cannot swallow it)."""
-
-
-class _Preemption:
-  """SIGTERM state shared by `main` and the loop.
-
-  The handler raises a flag that the loop reads after every step. Inside an
-  `interruptible()` region (single-process evaluation and waiting for data, where the
-  state of the last finished step is intact) it also aborts the region, so a long
-  evaluation does not delay the save.
-  """
-
-  def __init__(self):
-    self.requested = False
-    self._armed = False
-    self._previous = None
-
-  def _handler(self, signum, frame):
-    del signum, frame
-    self.requested = True
-    if self._armed:
-      self._armed = False
-      raise _Interrupted()
-
-  def install(self) -> bool:
-    """Installs the handler; False when it was already installed (e.g. by `main`)."""
-    if signal.getsignal(signal.SIGTERM) == self._handler:
-      return False
-    self._previous = signal.signal(signal.SIGTERM, self._handler)
-    return True
-
-  def uninstall(self) -> None:
-    signal.signal(signal.SIGTERM, self._previous)
-
-  @contextlib.contextmanager
-  def interruptible(self, enabled: bool = True):
-    if not enabled:
-      yield
-      return
-    if self.requested:
-      raise _Interrupted()
-    self._armed = True
-    try:
-      yield
-    finally:
-      self._armed = False
-
-
-PREEMPTION = _Preemption()
-
-
-def install_sigterm_handler() -> None:
-  """Catches SIGTERM from now on; `main` calls it first, so a signal during start-up counts."""
-  PREEMPTION.install()
-
-
-def validate_config(config) -> None:
-  """Task-neutral checks of the fields every run has, anywhere in the config tree:
-  learning rates, batch sizes and `*_every_steps` must be > 0, epochs and step counts
-  >= 0. Raises ValueError naming the field, the value and what is allowed."""
-  for path, value in _leaves(config):
-    name = path.rsplit(".", 1)[-1]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      continue
-    if name in ("learning_rate", "batch_size", "keep_checkpoints") or name.endswith(
-        "_every_steps"):
-      if not value > 0:
-        raise ValueError(f"{path} = {value!r}: must be > 0")
-    elif name in ("num_epochs", "num_train_steps") and not value >= 0:
-      raise ValueError(f"{path} = {value!r}: must be >= 0")
-  profiling.steps(config)
-
-
-def _leaves(config, prefix=""):
-  for key, value in config.items():
-    path = f"{prefix}{key}"
-    if isinstance(value, (ml_collections.ConfigDict, dict)):
-      yield from _leaves(value, path + ".")
-    else:
-      yield path, value
-
-
 @jax.jit
 def _all_finite(tree) -> jax.Array:
   """True when every floating-point leaf of `tree` is finite (one fused reduction)."""
   checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
             if jnp.issubdtype(x.dtype, jnp.inexact)]
   return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
-
-
-def _hms(seconds: float) -> str:
-  seconds = int(round(seconds))
-  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _written_points(workdir: str) -> dict[str, dict[int, float | None]]:
-  """Every TensorBoard point already in `workdir` (from an earlier or a killed run): tag ->
-  step -> value (None for an image)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  points = {}
-  for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
-    try:
-      for record in tf.data.TFRecordDataset(path):
-        event = tf.compat.v1.Event.FromString(record.numpy())
-        for value in event.summary.value:
-          scalar = value.HasField("tensor") and not value.tensor.string_val
-          points.setdefault(value.tag, {})[event.step] = (
-              float(tf.make_ndarray(value.tensor)) if scalar else None)
-    except tf.errors.DataLossError:  # the killed run's last record was cut short
-      pass
-  return points
-
-
-class _OncePerStep:
-  """A clu writer that skips (tag, step) points the workdir's event files already hold, so a
-  resumed run does not draw a step twice (the killed run wrote the same values)."""
-
-  def __init__(self, writer, written: dict[str, int]):
-    self.writer, self.written = writer, written
-
-  def _new(self, step, values):
-    return {k: v for k, v in values.items() if step > self.written.get(k, -1)}
-
-  def write_scalars(self, step, scalars):
-    if scalars := self._new(step, scalars):
-      self.writer.write_scalars(step, scalars)
-
-  def write_images(self, step, images):
-    if images := self._new(step, images):
-      self.writer.write_images(step, images)
-
-  def flush(self):
-    self.writer.flush()
-
-  def close(self):
-    self.writer.close()
 
 
 class Trainer:
@@ -244,7 +104,7 @@ class Trainer:
     self.config, self.workdir = config, workdir
     self.preempted = False
     validate_config(config)
-    _check_workdir(workdir)
+    check_workdir(workdir)
     self.mesh = make_mesh(config)
     num_devices = self.mesh.size
     if config.batch_size % num_devices:
@@ -280,29 +140,10 @@ class Trainer:
       self.state = _unstorable(restored[0], abstract)
       self.say(f"Resumed from {self.checkpoints.directory} at step {restored[1]}")
     self.num_parameters = count_parameters(self.state)
-    table = self._write_parameter_table()
+    table = write_table(self.state, workdir) if jax.process_index() == 0 else None
     self.say(f"Parameters: {self.num_parameters:,}" + (f" (table: {table})" if table else ""))
 
-  def say(self, line: str) -> None:
-    """One console line on stdout, from process 0 only."""
-    if jax.process_index() == 0:
-      print(line, flush=True)
-
-  def _write_parameter_table(self) -> str | None:
-    if jax.process_index() > 0:
-      return None
-    rows = [(jax.tree_util.keystr(path, simple=True, separator="/"), str(tuple(leaf.shape)),
-             f"{int(np.prod(leaf.shape)):,}", str(leaf.dtype))
-            for path, leaf in jax.tree_util.tree_leaves_with_path(self.state)
-            if any(getattr(k, "key", None) == "params" for k in path)]
-    rows = [("name", "shape", "size", "dtype")] + rows + [
-        ("total", "", f"{self.num_parameters:,}", "")]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    path = os.path.join(self.workdir, "parameters.txt")
-    with open(path, "w") as f:
-      for r in rows:
-        f.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
-    return path
+  say = staticmethod(console.say)
 
   def _restore_target(self, like, sharding):
     if _is_key(like):  # stored as raw uint32 key data, replicated
@@ -349,32 +190,6 @@ class Trainer:
     if self.checkpoints.latest_step() != step:
       self.save(force=True)
 
-  def _writer(self, written: dict[str, int]):
-    """Process 0's writer, skipping the points in `written` (a killed run may have written
-    points even after its last checkpoint)."""
-    if jax.process_index() > 0:
-      return metric_writers.MultiWriter([])  # only process 0 writes
-    writer = metric_writers.create_default_writer(self.workdir, just_logging=False,
-                                                  asynchronous=False)
-    return _OncePerStep(writer, written)
-
-  def _progress(self, step: int, summary: dict[str, float], rate: float, last: int,
-                speed: str = "") -> str:
-    names = [k for k in ("loss", self.task.headline) if f"train_{k}" in summary]
-    names = list(dict.fromkeys(names)) or sorted(
-        k[len("train_"):] for k in summary if k.startswith("train_"))[:4]
-    metrics_text = "  ".join(f"{k} {summary[f'train_{k}']:.4f}" for k in names)
-    eta = _hms((last - step) / rate) if rate > 0 else "?"
-    speed = f"  {speed}" if speed else ""
-    return (f"step {step}/{self.total_steps}  {metrics_text}  {rate:.2f} steps/s{speed}  "
-            f"ETA {eta}")
-
-  def _eval_line(self, step: int, evaluation: dict[str, float]) -> str:
-    head = f"eval_{self.task.headline}"
-    names = sorted(evaluation, key=lambda k: (k != head, k))
-    return f"eval step {step}/{self.total_steps}  " + "  ".join(
-        f"{k[len('eval_'):] if k.startswith('eval_') else k} {evaluation[k]:.4f}" for k in names)
-
   def run(self, until_step: int | None = None) -> dict[str, float]:
     """Trains from the workdir's last checkpoint to `total_steps`, or only to `until_step`
     (a session budget: the schedule still spans `total_steps`); saves and returns the last
@@ -385,8 +200,8 @@ class Trainer:
     last = self.total_steps if until_step is None else min(until_step, self.total_steps)
     installed = PREEMPTION.install()
     single = jax.process_count() == 1  # several processes: no aborted regions, agreed stops
-    points = _written_points(self.workdir)
-    writer = self._writer({tag: max(steps) for tag, steps in points.items()})
+    points = metric_writing.written_points(self.workdir)
+    writer = metric_writing.create(self.workdir, points)
     train_metrics, pending = None, None
     step, saved = start, False
     speed, profiler = None, profiling.StepProfiler(config, self.workdir, start)
@@ -436,15 +251,16 @@ class Trainer:
               rate = 1 / max(now - clock, 1e-9)
             log_step, log_time = step, now
             writer.write_scalars(step, {**summary, "steps_per_sec": rate, **speed_scalars})
-            self.say(self._progress(step, summary, rate, last,
-                                    perf.console(config.batch_size, rate, speed_scalars)))
+            self.say(console.progress_line(
+                step, self.total_steps, summary, self.task.headline, rate, last,
+                perf.console(config.batch_size, rate, speed_scalars)))
             train_metrics = None
           if is_eval:
             evaluated_at = time.monotonic()
             with PREEMPTION.interruptible(single):
               evaluation = self.evaluate()
               writer.write_scalars(step, evaluation)
-              self.say(self._eval_line(step, evaluation))
+              self._say_evaluation(step, evaluation)
               self._write_images(writer, step)
               summary.update(evaluation)
             log_time += time.monotonic() - evaluated_at  # speed: the train steps' alone
@@ -460,7 +276,7 @@ class Trainer:
             break
         if pending is not None:
           self._check_finite(*pending)
-      except _Interrupted:  # SIGTERM in evaluation or data loading: `step` is complete
+      except Interrupted:  # SIGTERM in evaluation or data loading: `step` is complete
         if pending is not None:
           self._check_finite(*pending)
         if step > start:
@@ -514,29 +330,16 @@ class Trainer:
       if owed:
         writer.write_scalars(start, evaluation)
         self._write_images(writer, start)
-      self.say(self._eval_line(start, evaluation))
+      self._say_evaluation(start, evaluation)
       summary.update(evaluation)
     return summary
 
+  def _say_evaluation(self, step: int, evaluation: dict[str, float]) -> None:
+    self.say(console.eval_line(step, self.total_steps, evaluation, self.task.headline))
+
   def _write_images(self, writer, step: int) -> None:
     """The task's pictures: to TensorBoard and as PNG files under workdir/images/."""
-    images = self.task.image_summaries(self.state)
-    if not images or jax.process_index() > 0:
-      return
-    writer.write_images(step, images)
-    from PIL import Image  # pylint: disable=g-import-not-at-top
-    folder = os.path.join(self.workdir, "images")
-    os.makedirs(folder, exist_ok=True)
-    for name, batch in images.items():
-      tiles = np.concatenate(list(np.asarray(batch)), axis=1)  # side by side
-      Image.fromarray(tiles.squeeze(-1) if tiles.shape[-1] == 1 else tiles).save(
-          os.path.join(folder, f"{name.replace('/', '_')}_{step:07d}.png"))
-
-
-def count_parameters(state) -> int:
-  """Parameters in a state: every array under a "params" key, at any depth."""
-  total = 0
-  for path, leaf in jax.tree_util.tree_leaves_with_path(state):
-    if any(getattr(k, "key", None) == "params" for k in path):
-      total += int(np.prod(np.shape(leaf)))
-  return total
+    pictures = self.task.image_summaries(self.state)
+    if pictures and jax.process_index() == 0:
+      writer.write_images(step, pictures)
+      images.save_png(pictures, self.workdir, step)

@@ -11,6 +11,9 @@ import os
 
 from absl import logging
 
+from attention_lab import cli
+from attention_lab.train import signals
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -20,19 +23,9 @@ def is_config_file(spec: str) -> bool:
 
 
 def load_config_file(spec: str, field: str = "config"):
-  """`path/to/config.py[:preset]` → its get_config(preset); a relative path is tried from the
-  working directory, then from the repository root. `field` names the config field in
-  errors."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  path, _, preset = spec.partition(":")
-  if not os.path.exists(path) and os.path.exists(os.path.join(REPO, path)):
-    path = os.path.join(REPO, path)
-  if not os.path.isfile(path):
-    raise ValueError(f"{field} {spec!r}: no file {path!r}")
-  module_spec = importlib.util.spec_from_file_location("_upstream_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(preset or None)
+  """`path/to/config.py[:preset]` named by the config field `field` (`cli.load_config`); a
+  relative path is tried from the working directory, then from the repository root."""
+  return cli.load_config(spec, field, root=REPO)
 
 
 def trained(config, workdir: str):
@@ -45,7 +38,7 @@ def trained(config, workdir: str):
     trainer.say(f"Training the upstream run in {workdir} first")
     summary = trainer.run()
     if trainer.preempted:
-      trainer_lib.PREEMPTION.requested = True
+      signals.PREEMPTION.requested = True
     else:
       logging.info("Upstream run %s: %s", workdir, summary)
   return trainer

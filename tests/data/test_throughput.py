@@ -14,7 +14,7 @@ from attention_lab.data import fake_files, throughput
 
 
 def _config(spec, **dataset):
-  config = cli._load_config(spec)  # pylint: disable=protected-access
+  config = cli.load_config(spec)
   for key, value in dataset.items():
     config.dataset[key] = value
   return config

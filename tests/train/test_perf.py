@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from attention_lab import devices
-from attention_lab.train import compilation_cache, perf, profiling
+from attention_lab.train import compilation_cache, metric_writing, perf, profiling
 from attention_lab.train import trainer as trainer_lib
 from configs import default
 
@@ -66,7 +66,7 @@ def test_no_mfu_without_a_peak_or_a_flop_count():
 
 def test_a_short_default_run_writes_every_perf_tag(finished_run):
   trainer, workdir = finished_run
-  points = trainer_lib._written_points(workdir)  # pylint: disable=protected-access
+  points = metric_writing.written_points(workdir)
   for tag in PERF_TAGS:
     assert sorted(points.get(tag, {})) == [2, 4], tag  # every log step (tiny: 2 and 4)
   assert "perf/mfu" not in points  # no peak for a CPU

@@ -107,7 +107,7 @@ def test_init_from_a_classification_config_trains_it_first(tmp_path):
   with pytest.raises(ValueError, match="init_from .* must be a classification config"):
     task.from_pretrained(task.init_state())
   task.config.init_from = "configs/no_such_file.py"
-  with pytest.raises(ValueError, match="init_from 'configs/no_such_file.py': no file"):
+  with pytest.raises(ValueError, match="init_from = 'configs/no_such_file.py': no such file"):
     task.from_pretrained(task.init_state())
 
 

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_lab.data import pipeline
-from attention_lab.train import trainer as trainer_lib
+from attention_lab.train import metric_writing
 from attention_lab.train.trainer import NonFiniteError, Trainer
 from configs import default
 
@@ -54,7 +54,7 @@ def test_main_trains_the_default_config_end_to_end(tmp_path, data_dir):
   assert lines[-1].startswith("Final: ") and "eval_top1=" in lines[-1]
   assert re.search(r"examples_per_second=\d+\.\d{4}", lines[-1])  # the median
   assert not re.search(r"^[IW]\d{4} |INFO", result.stderr, re.M), result.stderr  # no chatter
-  assert (tmp_path / "parameters.txt").read_text().splitlines()[-1].startswith("total")
+  assert (tmp_path / "parameters.txt").read_text().splitlines()[-1].startswith("Total: ")
   assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard scalars
   assert (tmp_path / "checkpoints" / "4").is_dir()
 
@@ -185,11 +185,11 @@ def test_sigterm_in_the_last_evaluation_then_a_rerun_ends_as_an_uninterrupted_ru
   trainer.task.evaluate = preempted_evaluate
   trainer.run()
   assert trainer.preempted and trainer.checkpoints.latest_step() == 4
-  assert "eval_loss" not in trainer_lib._written_points(str(tmp_path / "cut"))
+  assert "eval_loss" not in metric_writing.written_points(str(tmp_path / "cut"))
   for _ in range(2):  # the owed evaluation, then a plain re-run
     rerun = Trainer(config, str(tmp_path / "cut"))
     assert rerun.run() == expected and not rerun.preempted
-    points = trainer_lib._written_points(str(tmp_path / "cut"))
+    points = metric_writing.written_points(str(tmp_path / "cut"))
     assert list(points["eval_loss"]) == [4]
     assert points["eval_loss"][4] == pytest.approx(expected["eval_loss"], abs=1e-6)
 
