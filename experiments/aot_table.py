@@ -15,12 +15,13 @@ not run (or failed) is listed as such.
 import glob
 import json
 import os
+import pathlib
 import re
 
 from absl import app, flags
 
 from attention_lab import cli
-from experiments import runs
+from experiments import measure, runs
 
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v5e:2x2", "v5e:4x4", "v4:2x2x2"], "TPU slices.")
 _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSONs.")
@@ -152,27 +153,9 @@ def main(argv):
       rows.append(_row(config, topology, _json_path(config, topology)))
   text = "\n".join([
       "# Train steps compiled for TPU slices on the CPU (`python -m experiments.aot_table`)",
-      "",
-      "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` — the",
-      "exact jitted train step of `attention_lab.main` (task, model, optimizer, sharding,",
-      "global batch of the config), compiled by libtpu 0.0.42 (jax 0.10.2) for the abstract",
-      "devices of `jax.experimental.topologies`. Bytes and FLOPs are per device from",
-      "`memory_analysis()` / `cost_analysis()`; total = arguments + outputs + temporaries −",
-      "donated. Roofline = max(FLOPs / bf16 peak, bytes accessed / HBM bandwidth) with v5e",
-      "197 TFLOP/s, 16 GiB, 819 GB/s per chip and v4 per TensorCore (JAX sees 2 per chip",
-      "in `v4:2x2x2`) 137.5 TFLOP/s, 16 GiB, 614 GB/s (Google Cloud TPU docs); a lower",
-      "bound that ignores collectives and input feeding. No data is read: a task's batch",
-      "shapes come from its config (`Task.batch_spec`); the split sizes of datasets not",
-      "prepared here (ImageNet, COCO, VOC, ADE20K, CelebA, CARE) only set the schedule. On",
-      "this 2-core CPU a compile took 3-18 minutes (two at a time, other jobs beside them).",
-      "The CPU-sized default configs (`configs/default.py`, `configs/*/default.py`) are not",
-      "compiled: they are not paper configs and do not need a TPU. `python -m",
-      "experiments.aot_table` compiles only the rows whose JSON is missing (`--redo`: all).",
-      "A config batch that the devices do not divide is rounded up to the next multiple",
-      "(\"config: N\" gives the config's).",
-      "", *rows, ""])
-  with open(os.path.join(RESULTS, "aot_table.md"), "w") as f:
-    f.write(text)
+      "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
+      "(the notes below say what is measured and how).", "", *rows, ""])
+  text = measure.write(pathlib.Path(RESULTS), "aot_table", None, text)
   print(text)
 
 
@@ -193,46 +176,15 @@ def gpu_table():
       results.append({"config": config, "paper_gpus": note, **json.load(open(path))})
     else:
       missing.append(f"`{config}` on `{topology}`")
-  with open(os.path.join(RESULTS, "aot_gpu.json"), "w") as f:
-    json.dump(results, f, indent=1)
   no_fit = [f"`{r['config']}` on {r['topology']} ({r['total_bytes'] / GIB:.1f} of "
             f"{r['hbm_bytes'] / GIB:.3g} GiB)" for r in results if not r["fits"]]
   text = "\n".join([
       "# Train steps compiled for GPUs on the CPU (`python -m experiments.aot_table --gpu`)",
-      "",
-      "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` — the",
-      "exact jitted train step of `attention_lab.main` (task, model, optimizer, sharding,",
-      "global batch of the config), compiled by XLA:GPU of jax-cuda12-plugin 0.10.2 (jax",
-      "0.10.2, CUDA 12, cuDNN 9) for compile-only GPUs of `jax.experimental.topologies`",
-      "described by the target configs in attention_lab/gpu_targets/ (`NAMExN`: N GPUs on",
-      "one host, data parallel). No GPU and no data were used. Bytes are per GPU from",
-      "`memory_analysis()`; total = arguments + outputs + temporaries − donated, against the",
-      "device memory CUDA reports (H100 79.1 GiB, V100-SXM2-16GB 15.8, TITAN Xp 11.9,",
-      "GTX 1080 Ti 10.9, RTX 2080 Ti 10.8 GiB); JAX preallocates 75% of it unless",
-      "XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise. XLA:GPU gives no cost analysis, so",
-      "FLOPs and bytes accessed are those of the unpartitioned step (lowered for one CPU",
-      "device, `Lowered.cost_analysis()`) divided by the number of GPUs. Roofline = max(FLOPs",
-      "/ peak at the config's model dtype, bytes / memory bandwidth) with attention_lab/",
-      "devices.py (H100 SXM: TF32 494.7, BF16 989.4 TFLOP/s, 3.35 TB/s; V100: FP32 15.7",
-      "TFLOP/s, no bf16 path, so bf16 configs at the FP32 rate; TITAN Xp 12.15, GTX 1080 Ti",
-      "11.34, RTX 2080 Ti 13.45 TFLOP/s FP32); a lower bound that ignores collectives and",
-      "input feeding. The papers' GPUs: AA trained ImageNet and CIFAR on 8 V100s (the paper",
-      "does not give their memory; XLA's published V100 target is the SXM2 16 GB one, used",
-      "here); Hamburger's ablations ran on one TITAN Xp; KAO on TITAN Xps (8 for ImageNet);",
-      "Refined-SA on one GTX 1080 Ti; SAO on 8 RTX 2080 Ti. XLA has no published target",
-      "for the Pascal and Turing cards: ours are written from NVIDIA's specifications, and",
-      "XLA:GPU compiles for compute capability 6.1 and 7.5 as it does for newer GPUs. Where",
-      "the paper trained on a TPU or names no GPU, only H100 rows (8 for the ImageNet/COCO",
-      "configs, 4 for the R-101 segmentation configs, else 1). Compiled on a shared 2-core",
-      "CPU, two compiles at a time. ‡: XLA:GPU's Triton GEMM emitter found no tiling for",
-      "a dot (the gradient of the bilinear upsampling, `jax.image.resize`) without a GPU to",
-      "autotune on, so `attention_lab.aot` compiled that step again with",
-      "`xla_gpu_enable_triton_gemm=False` (cuBLAS GEMMs); on a real GPU the autotuner chooses.",
-      "", *lines, "",
+      "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
+      "(the notes below say what is measured and how; ‡: GEMMs on cuBLAS).", "", *lines, "",
       "Does not fit: " + ("; ".join(no_fit) if no_fit else "none") + ".",
       "Not compiled: " + (", ".join(missing) if missing else "none") + ".", ""])
-  with open(os.path.join(RESULTS, "aot_gpu.md"), "w") as f:
-    f.write(text)
+  text = measure.write(pathlib.Path(RESULTS), "aot_gpu", results, text)
   print(text)
 
 

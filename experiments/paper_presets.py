@@ -3,6 +3,7 @@ and after the last, against a threshold per task family.
 
   python -m experiments.paper_presets [--presets=configs/aa/coco_retinanet.py:cpu,...]
       [--workdir_root=/tmp/paper_presets]
+  python -m experiments.paper_presets --presets=   # rewrites the markdown from the json
 
 Each preset runs twice in one fresh workdir: `python -m experiments.untrained` (the
 evaluation at step 0) and `python -m attention_lab.main` (training, then the final
@@ -91,7 +92,7 @@ def family_of(spec: str) -> str:
   return config.get("task") or "classification"
 
 
-def measure(spec: str, root: pathlib.Path) -> dict:
+def run_preset(spec: str, root: pathlib.Path) -> dict:
   family = family_of(spec)
   rule = FAMILIES[family]
   workdir = root / runs.slug(spec)
@@ -153,13 +154,18 @@ def main(argv):
     family_of(spec)  # every preset checked before the first run
   store = RESULTS / "paper_presets.json"
   entries = {e["config"]: e for e in (json.loads(store.read_text()) if store.exists() else [])}
-  for spec in chosen:
-    entries[spec] = measure(spec, pathlib.Path(_ROOT.value))
-    print(json.dumps(entries[spec]), flush=True)
+  from experiments import measure as measure_lib  # pylint: disable=g-import-not-at-top
+
+  def write():
     order = [p for p in PRESETS if p in entries] + [p for p in entries if p not in PRESETS]
-    store.write_text(json.dumps([entries[p] for p in order], indent=1) + "\n")
-    (RESULTS / "paper_presets.md").write_text(markdown([entries[p] for p in order]))
-  print((RESULTS / "paper_presets.md").read_text())
+    return measure_lib.write(RESULTS, "paper_presets", [entries[p] for p in order],
+                             markdown([entries[p] for p in order]))
+
+  for spec in chosen:
+    entries[spec] = run_preset(spec, pathlib.Path(_ROOT.value))
+    print(json.dumps(entries[spec]), flush=True)
+    write()
+  print(write())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ metrics, wall and CPU time.
 Each run is `python -m attention_lab.main` in a fresh workdir (experiments/runs.py).
 Writes experiments/results/NAME.{json,md} (NAME: --name, the table's, or
 sweep_<config>); the rows of the combinations run replace theirs, other rows stay, and
-so does a `## Notes` section of the markdown. A named table (TABLES, experiments/default_*.py)
+so do the markdown's notes (measure.write). A named table (TABLES, experiments/default_*.py)
 fixes the config, the values, the columns and the goal; its --vary restricts the values.
 """
 
@@ -118,8 +118,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
   return "—" if value is None else fmt.format(value)
 
 
-def markdown(table: Table, rows: list[dict], machine: str, notes: str,
-             appendix: list[str]) -> str:
+def markdown(table: Table, rows: list[dict], machine: str, appendix: list[str]) -> str:
   metrics = table.columns or tuple(
       (k[len("eval_"):], k, "{:.4f}") for k in sorted({k for r in rows for k in r["final"]
                                                       if k.startswith("eval_")}))
@@ -141,22 +140,18 @@ def markdown(table: Table, rows: list[dict], machine: str, notes: str,
     cells = ([f"**failed**: `{r['error']}`"] + ["—"] * (len(metrics) - 1) if r.get("error")
              else [_cell(r, k, f) for _, k, f in metrics])
     lines.append("| " + " | ".join(first + cells + [_cell(r, k, f) for _, k, f in tail]) + " |")
-  return "\n".join(lines + [""] + appendix + ([notes] if notes else [])).rstrip() + "\n"
+  return "\n".join(lines + [""] + appendix).rstrip() + "\n"
 
 
 def write(table: Table, rows: list[dict], extra: dict | None = None,
           appendix: list[str] | None = None) -> None:
-  """results/NAME.json ({rows, ...extra}) and NAME.md, keeping the md's `## Notes`."""
-  md = RESULTS / f"{table.name}.md"
-  text = md.read_text() if md.exists() else ""
-  notes = text[text.index("## Notes"):] if "## Notes" in text else ""
-  order = combinations(table.vary)
-  rank = {_key(v): i for i, v in enumerate(order)}
+  """results/NAME.json ({rows, ...extra}) and NAME.md, keeping the md's notes."""
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  rank = {_key(v): i for i, v in enumerate(combinations(table.vary))}
   rows = sorted(rows, key=lambda r: rank.get(_key(r["values"]), len(rank)))
-  (RESULTS / f"{table.name}.json").write_text(
-      json.dumps({"rows": rows, **(extra or {})}, indent=1) + "\n")
-  md.write_text(markdown(table, rows, (extra or {}).get("machine", "not recorded"), notes,
-                         appendix or []))
+  extra = extra or {}
+  measure.write(RESULTS, table.name, {"rows": rows, **extra},
+                markdown(table, rows, extra.get("machine", "not recorded"), appendix or []))
 
 
 def sweep(table: Table, only: dict[str, tuple[str, ...]], fixed: list[str],

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from experiments import paper_presets, runs, sweep
+from experiments import measure, paper_presets, runs, sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def test_a_sweep_merges_rows_keeps_notes_and_marks_goals_and_failures(tmp_path, 
                                                   "model.attention=mean": None}))
   sweep.sweep(TABLE, {"model.attention": ("softmax",)}, [], tmp_path / "w")
   md = tmp_path / "t.md"
-  md.write_text(md.read_text() + "\n## Notes\n\nBy hand.\n")
+  md.write_text(md.read_text() + f"\n{measure.NOTES}\nBy hand.\n")
   rows = sweep.sweep(TABLE, {"model.attention": ("mean", "none")}, ["num_train_steps=4"],
                      tmp_path / "w")
   assert [r["values"]["model.attention"] for r in rows] == ["softmax", "mean", "none"]
@@ -69,7 +69,7 @@ def test_a_sweep_merges_rows_keeps_notes_and_marks_goals_and_failures(tmp_path, 
   assert "| none (`num_train_steps=4`) | 0.25 | 4 | 3 | 1 | 0.5 → 0.7 | **no** |" in text
   assert "| softmax | 0.75 | 4 | 3 | 1 | 0.5 → 0.7 | yes |" in text
   assert "| mean (`num_train_steps=4`) | **failed**: `error: bad value` | — |" in text
-  assert text.endswith("## Notes\n\nBy hand.\n")
+  assert text.endswith(f"{measure.NOTES}\nBy hand.\n")
 
 
 def test_the_default_tables_keep_their_goals():
@@ -122,7 +122,7 @@ def test_a_preset_is_measured_before_and_after(tmp_path, monkeypatch):
 
   monkeypatch.setattr(runs, "untrained", fake("untrained", 300.0))
   monkeypatch.setattr(runs, "train", fake("train", 60.0))
-  entry = paper_presets.measure("configs/isa/cifar10.py:cpu", tmp_path)
+  entry = paper_presets.run_preset("configs/isa/cifar10.py:cpu", tmp_path)
   assert {k: entry[k] for k in ("family", "metric", "start", "end", "learned")} == {
       "family": "gan", "metric": "fid", "start": 300.0, "end": 60.0, "learned": True}
   assert [c[0] for c in calls] == ["untrained", "train"] and calls[0][1:] == calls[1][1:]
