@@ -9,7 +9,7 @@ metrics, wall and CPU time.
 Each run is `python -m attention_lab.main` in a fresh workdir (experiments/runs.py).
 Writes experiments/results/NAME.{json,md} (NAME: --name, the table's, or
 sweep_<config>); the rows of the combinations run replace theirs, other rows stay, and
-so do the markdown's notes (measure.write). A named table (TABLES, experiments/default_*.py)
+so do the markdown's notes (measure.write). A named table (experiments/default_*.py)
 fixes the config, the values, the columns and the goal; its --vary restricts the values.
 """
 
@@ -178,36 +178,37 @@ def sweep(table: Table, only: dict[str, tuple[str, ...]], fixed: list[str],
 
 
 def main(argv):
-  f = flags.FLAGS
+  opts = flags.FLAGS
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}; see --help")
   vary = {}
-  for text in f.vary:
+  for text in opts.vary:
     field, values = parse_assignment(text, "vary")
     vary[field] = tuple(values.split(","))
-  fixed = [f"{f}={v}" for f, v in (parse_assignment(t, "set") for t in f.set)]
-  if f.table:
+  fixed = ["=".join(parse_assignment(t, "set")) for t in opts.set]
+  if opts.table:
+    if opts.config:
+      cli.fail("--table fixes the config; give --table or --config, not both")
     tables = _tables()
-    if f.table not in tables:
-      cli.fail(f"--table={f.table!r}: expected one of {sorted(tables)}")
-    table = tables[f.table]
+    if opts.table not in tables:
+      cli.fail(f"--table={opts.table!r}: expected one of {sorted(tables)}")
+    table = tables[opts.table]
     for field, values in vary.items():
       unknown = set(values) - set(table.vary.get(field, ()))
       if field not in table.vary or unknown:
         cli.fail(f"--vary={field}={','.join(values)}: table {table.name} varies "
                  + ", ".join(f"{k} over {','.join(v)}" for k, v in table.vary.items()))
   else:
-    if not f.config or not vary:
+    if not opts.config or not vary:
       cli.fail("give --config=configs/X.py[:preset] and at least one --vary=FIELD=V1,V2 "
                "(or --table=NAME)")
-    table = Table(name=f.name or "sweep_" + runs.slug(f.config.replace(
-        "configs/", "").replace(".py", "")), title=f"Sweep of `{f.config}`",
-                  config=f.config, vary=vary)
-  check_fields(table.config, [*table.vary, *(f.split("=")[0] for f in fixed)])
-  sweep(table, vary if f.table else {}, fixed, pathlib.Path(f.workdir_root),
-        f.table_only)
+    stem = opts.config.replace("configs/", "").replace(".py", "")
+    table = Table(name=opts.name or f"sweep_{runs.slug(stem)}",
+                  title=f"Sweep of `{opts.config}`", config=opts.config, vary=vary)
+  check_fields(table.config, [*table.vary, *(o.split("=")[0] for o in fixed)])
+  sweep(table, vary if opts.table else {}, fixed, pathlib.Path(opts.workdir_root),
+        opts.table_only)
   print((RESULTS / f"{table.name}.md").read_text())
-  sys.exit(0)
 
 
 def main_for(table_name: str) -> None:
