@@ -156,13 +156,14 @@ def manual_dir(dataset) -> str:
           os.path.join(data_dir_root(dataset.get("data_dir")), "downloads", "manual"))
 
 
+def split_names(split: str) -> set[str]:
+  """The split names a TFDS split string reads ("train_aug+val[:10%]" → train_aug, val)."""
+  return {part.split("[")[0].strip() for part in str(split or "").split("+")} - {""}
+
+
 def splits_read(dataset) -> set[str]:
-  """The split names a dataset config reads ("train_aug+val[:10%]" → train_aug, val)."""
-  names = set()
-  for key in ("train_split", "eval_split"):
-    for part in str(dataset.get(key) or "").split("+"):
-      names.add(part.split("[")[0].strip())
-  return names - {""}
+  """The split names a dataset config reads (its train_split and eval_split)."""
+  return split_names(dataset.get("train_split")) | split_names(dataset.get("eval_split"))
 
 
 def missing_files(name: str, manual: str, splits=()) -> list[str]:
@@ -225,11 +226,12 @@ def require_prepared(config, config_spec: str | None = None) -> None:
 
 
 def require_split(dataset, found: tfds.core.DatasetBuilder, split: str) -> None:
-  """Raises cli.ConfigError (one line) when the prepared `found` lacks `split`
-  ("test[:10]" → test), naming the files that add it where they are optional."""
-  name = split.split("[")[0].strip()
-  if not name or name in found.info.splits:
+  """Raises cli.ConfigError (one line) when the prepared `found` lacks a split that `split`
+  reads ("test[:10]" → test), naming the files that add it where they are optional."""
+  absent = sorted(split_names(split) - set(found.info.splits))
+  if not absent:
     return
+  name = absent[0]
   spec = source(dataset.name)
   line = (f"split = {split!r}: dataset {dataset.name!r} as prepared in {found.data_dir} has "
           f"no split {name!r} (it has {', '.join(sorted(found.info.splits))})")

@@ -44,7 +44,9 @@ def test_a_dataset_prepared_without_the_test_images_names_what_adds_them(tmp_pat
   write_fake_voc(tmp_path / "manual")
   dataset = _dataset("voc_segmentation", tmp_path / "data", tmp_path / "manual")
   builder = pipeline.get_builder(dataset.name, dataset.data_dir, dataset.manual_dir)
-  availability.require_split(dataset, builder, "val[:1]")  # there: passes
+  availability.require_split(dataset, builder, "train+val[:1]")  # there: passes
+  with pytest.raises(cli.ConfigError, match="split = 'val\\+test\\[:2\\]': .* no split 'test' "):
+    availability.require_split(dataset, builder, "val+test[:2]")
   with pytest.raises(cli.ConfigError) as error:
     availability.require_split(dataset, builder, "test")
   message = str(error.value)
