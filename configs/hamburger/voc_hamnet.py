@@ -100,6 +100,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "dim": 512, "temperature": 0.01, "without": ()})  # dim: d (× width, as channels)
   m.align_channels, m.dropout = 256, 0.1
   config.init_from = ""  # --config.init_from=<resnet101-2a57e44d.pth> (see above)
+  config.init_scope = "backbone"  # what init_from fills: "backbone" or the whole "model"
   for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
     del m[key]
 
