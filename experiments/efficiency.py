@@ -211,7 +211,7 @@ def _paper(config, op, side) -> dict | None:
 
 
 def operators_markdown(config, result, machine: str) -> str:
-  fmt = lambda v, f, suffix="": "" if v is None else format(v, f) + suffix
+  fmt = measure_lib.fmt
   lines = [
       f"# {config.title}", "",
       f"Measured on {machine}. Command: `{measure_lib.command_of(config)}`. Input "

@@ -2,11 +2,11 @@
 
 Run through `python -m experiments.efficiency --config=configs/efficiency/sao_table5.py`.
 
-For every network of a comparison (config.comparisons), one real train step:
+For every network of a comparison (config.comparisons), one real train step
+as the tasks train (`measure.train_step`, the library's TrainableModel):
 softmax cross-entropy on integer labels, gradients of every parameter, the
 BatchNorm statistics carried, SGD with momentum 0.9 applied (the SAO
-recipe's optimizer), parameters and optimizer state donated as in the
-trainer. Two measurements:
+recipe's optimizer), the state donated as in the trainer. Two measurements:
 
 - memory: XLA's `memory_analysis()` of the step compiled for the paper's
   batch (128×224²×3) — compiled only, never run. Peak = temporaries +
@@ -163,10 +163,6 @@ def _goal(config, rows) -> dict:
           "ratio": sanet["time_ratio"], "met": sanet["time_ratio"] <= config.goal_max_ratio}
 
 
-def _fmt(v, f, suffix=""):
-  return "—" if v is None else format(v, f) + suffix
-
-
 def markdown(config, result, machine_line: str) -> str:
   lines = [
       f"# {config.title}", "",
@@ -189,9 +185,9 @@ def markdown(config, result, machine_line: str) -> str:
     lines.append(
         f"| {r['comparison']} | {r['label']} | {r['params'] / 1e6:.2f}M | "
         f"{r['memory']['peak_bytes'] / GB:.2f} | {r['memory']['temp_bytes'] / GB:.2f} | "
-        f"{_fmt(p.get('memory_gb'), '.1f')} | {r['memory_ratio']:.3f}× | "
-        f"{_fmt(r['paper_memory_ratio'], '.3f', '×')} | {1e3 * r['time_s']:.0f} | "
-        f"{r['time_ratio']:.3f}× | {_fmt(r['paper_time_ratio'], '.3f', '×')} |")
+        f"{measure.fmt(p.get('memory_gb'), '.1f', missing='—')} | {r['memory_ratio']:.3f}× | "
+        f"{measure.fmt(r['paper_memory_ratio'], '.3f', '×', '—')} | {1e3 * r['time_s']:.0f} | "
+        f"{r['time_ratio']:.3f}× | {measure.fmt(r['paper_time_ratio'], '.3f', '×', '—')} |")
   for r in result.get("fused_not_run") or []:
     lines.append(f"| | {r['label']} | not run: {r['reason']} | | | | | | | | |")
   goal = result.get("goal") or {}

@@ -89,6 +89,11 @@ def write(out: pathlib.Path, stem: str, result, text: str) -> str:
   return text
 
 
+def fmt(value, spec: str, suffix: str = "", missing: str = "") -> str:
+  """`value` formatted with `spec` and `suffix`; `missing` where it is None (a paper's gap)."""
+  return missing if value is None else format(value, spec) + suffix
+
+
 def machine() -> dict:
   """What the numbers were measured on."""
   cpu = platform.processor() or platform.machine()
