@@ -39,21 +39,28 @@ def test_name_field_completes_a_model_message():
       "model.attention = 'softmx': attention must be one of ('softmax',), got 'softmx'")
 
 
-def _main(tmp_path, *args):
-  return subprocess.run(
+def _start(folder, *args):
+  return subprocess.Popen(
       [sys.executable, "-m", "attention_lab.main", "--config=configs/default.py:tiny",
-       f"--workdir={tmp_path / 'workdir'}", f"--config.dataset.data_dir={tmp_path / 'tfds'}",
+       f"--workdir={folder / 'workdir'}", f"--config.dataset.data_dir={folder / 'tfds'}",
        *args],
-      cwd=REPO, capture_output=True, text=True, timeout=300)
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process) -> subprocess.CompletedProcess:
+  out, err = process.communicate(timeout=300)
+  return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def test_main_reports_a_bad_model_field_in_one_line_and_debug_shows_the_traceback(tmp_path):
-  result = _main(tmp_path, "--config.model.attention=softmx")
+  # Three independent processes, started together: most of each is Python's start-up.
+  started = [_start(tmp_path / "a", "--config.model.attention=softmx"),
+             _start(tmp_path / "b", "--config.model.attention=softmx", "--debug"),
+             _start(tmp_path / "c", "--config.batch_size=abc")]
+  result, debug, typed = map(_finish, started)
   assert result.returncode == 2 and "Traceback" not in result.stdout
   assert result.stderr.startswith("error: model.attention = 'softmx': attention must be one of")
   assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-  debug = _main(tmp_path, "--config.model.attention=softmx", "--debug")
   assert debug.returncode != 0 and "Traceback" in debug.stderr
-  typed = _main(tmp_path, "--config.batch_size=abc")
   assert typed.returncode == 2 and typed.stderr.count("\n") == 1
   assert typed.stderr.startswith("error: flag --config.batch_size=abc:")

@@ -11,3 +11,22 @@ def digit_scenes_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("tfds_digit_scenes"))
   pipeline.get_builder("digit_scenes", path)
   return path
+
+
+@pytest.fixture(scope="package", autouse=True)
+def compilation_cache(tmp_path_factory):
+  """JAX's persistent compilation cache while the tests of tests/train run (one directory
+  per xdist worker): they build many Trainers of the same tiny configs, and each program
+  after its first compile is read from disk (milliseconds) instead of compiled again."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import compilation_cache as jax_cache  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import compilation_cache as cache_lib  # pylint: disable=g-import-not-at-top
+  names = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
+           "jax_persistent_cache_min_compile_time_secs")
+  saved = {name: getattr(jax.config, name) for name in names}
+  cache_lib.enable(str(tmp_path_factory.mktemp("jax_compilation_cache")))
+  jax_cache.reset_cache()  # whether the cache is used is decided at the first compile
+  yield
+  for name, value in saved.items():
+    jax.config.update(name, value)
+  jax_cache.reset_cache()

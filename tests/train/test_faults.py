@@ -188,12 +188,18 @@ def test_restore_returns_the_newest_step(tmp_path):
 
 
 def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
-  workdir = tmp_path / "w"
+  # Two copies of the finished reference run, one per command, run side by side.
+  workdir, changed = tmp_path / "w", tmp_path / "changed"
   shutil.copytree(reference[0], workdir)
+  shutil.copytree(reference[0], changed)
   before = sorted(str(p.relative_to(workdir)) for p in (workdir / "checkpoints").rglob("*"))
   record = (workdir / "config.json").read_text()
 
-  code, out, err = _main(workdir, data_dir, "--config.model.attention=hamburger")
+  other = _start(workdir, data_dir, "--config.model.attention=hamburger")
+  # Operational fields may change: said in one line, and the run is the same run.
+  operational = _start(changed, data_dir, "--config.eval_every_steps=2",
+                       "--config.keep_checkpoints=3")
+  code, out, err = _finish(other)
   assert code == 2
   assert _lines(err) == [
       f"error: --workdir {workdir} holds a run with another config (model.attention "
@@ -203,9 +209,7 @@ def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
                 for p in (workdir / "checkpoints").rglob("*")) == before
   assert (workdir / "config.json").read_text() == record
 
-  # Operational fields may change: said in one line, and the run is the same run.
-  code, out, err = _main(workdir, data_dir, "--config.eval_every_steps=2",
-                         "--config.keep_checkpoints=3")
+  code, out, err = _finish(operational)
   assert code == 0, err[-3000:]
   assert ("Resuming with changed run settings: eval_every_steps 4 -> 2, keep_checkpoints "
           "2 -> 3") in out.splitlines()
