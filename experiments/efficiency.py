@@ -98,8 +98,8 @@ def _dtype(config):
   return jnp.dtype(config.get("dtype", "float32"))
 
 
-def _operator_input(batch, side, channels, heads, rank=2, dtype=jnp.float32):
-  shape = (batch, *(side,) * rank, heads, channels // heads)
+def _operator_input(batch, side, channels, heads, dtype):
+  shape = (batch, side, side, heads, channels // heads)
   return jax.random.normal(jax.random.key(0), shape, dtype)
 
 

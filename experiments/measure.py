@@ -4,9 +4,11 @@
   (flops, bytes accessed) and `memory_analysis()` (temporaries, arguments,
   outputs); `unrolled_loops` makes the flops count every step of a solver loop;
   `madd_of` counts multiply-adds of a traced function (the papers' convention).
-- Programs: `inference_fn` / `training_fn` for a layer, `train_step` for a
-  whole network (the library's `TrainableModel`, as the tasks train it).
-- Time: `time_side_by_side`, interleaved rounds, median of samples.
+- Programs: `grad_of_square_sum` for an operator, `inference_fn` /
+  `training_fn` for a layer, `train_step` for a whole network (the library's
+  `TrainableModel`, as the tasks train it): each written once, here.
+- Time: `time_side_by_side`, interleaved rounds, median of samples; `sweep`
+  over grid sides within a memory budget.
 - Output: `write` puts <stem>.{md,json} with the machine they ran on;
   `run(main)` is the command wrapper (a bad flag or config value: one line, exit 2).
 No flags are defined here, so table modules can import it.
@@ -240,6 +242,11 @@ def training_fn(model):
     return grads, new_rest
 
   return step, params, rest
+
+
+def grad_of_square_sum(fn: Callable, argnums=0) -> Callable:
+  """An operator's forward + backward: gradients of Σ fn(*args)² w.r.t. `argnums`."""
+  return jax.grad(lambda *a: jnp.sum(jnp.square(fn(*a))), argnums=argnums)
 
 
 def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):

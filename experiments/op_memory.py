@@ -29,10 +29,6 @@ def _memory(fn, *args):
   return acct["temp_bytes"], acct["arg_bytes"] + acct["out_bytes"]
 
 
-def _grad_of_square_sum(fn, argnums=0):
-  return jax.grad(lambda *a: jnp.sum(jnp.square(fn(*a))), argnums=argnums)
-
-
 def main(argv):
   del argv
   lines = ["# Operator memory (XLA memory_analysis, float32)", ""]
@@ -57,7 +53,7 @@ def main(argv):
   lines += ["", "Relative attention forward + backward at 112×112, batch 1, 8 heads × 32:", "",
             "| query_chunk_size | temp GiB |", "|---|---|"]
   for c in (None, 448):
-    fn = _grad_of_square_sum(
+    fn = measure.grad_of_square_sum(
         lambda q, r, c=c: ops.relative_attention_2d(q, q, q, r, r, query_chunk_size=c), (0, 1))
     temp, _ = _memory(fn, _S((1, 112, 112, 8, 32), _F32), _S((223, 32), _F32))
     lines.append(f"| {c} | {temp / 2**30:.2f} |")
@@ -67,7 +63,7 @@ def main(argv):
   for steps in (1, 2, 4, 8, 12):
     row = []
     for gradient in ("one_step", "bptt"):
-      fn = _grad_of_square_sum(
+      fn = measure.grad_of_square_sum(
           lambda x, b, g=gradient, s=steps: ops.nmf(x, b, steps=s, gradient=g)[1])
       row.append(_memory(fn, _S((2, 1024, 64), _F32), _S((2, 64, 16), _F32))[0])
     lines.append(f"| {steps} | {row[0]} | {row[1]} |")

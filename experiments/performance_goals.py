@@ -71,14 +71,11 @@ def goal_table_ratios(config, out_dir: pathlib.Path) -> dict:
 
 def goal_hardware(config) -> dict:
   """Goal 2: SAO / KAO_QKV time against one elementwise pass, in the same interleaved rounds."""
+  from experiments import efficiency  # pylint: disable=g-import-not-at-top
   results = {}
-  flat = lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
   for name, (batch, side, channels) in (("sao", config.sao_size), ("kao_qkv", config.kao_size)):
     x = jax.random.normal(jax.random.key(0), (batch, side, side, 1, channels), jnp.float32)
-    w = jnp.ones((1, channels), jnp.float32)
-    fns = {"library": (lambda x: ops.siamese_attention(flat(x), flat(x), flat(x), w))
-                      if name == "sao" else (lambda x: ops.kronecker_attention_qkv(x, x, x)),
-           "pass": lambda x: x * 2.0}
+    fns = {"library": efficiency.OPERATORS[name], "pass": efficiency.elementwise_pass}
     programs, accts, hlo = {}, {}, {}
     for key, fn in fns.items():
       compiled, accts[key] = measure.compile_fn(fn, x)
@@ -188,10 +185,8 @@ def goal_relative(config) -> dict:
   rel = jax.ShapeDtypeStruct((2 * side - 1, dim), jnp.float32)
 
   def grad_fn(chunk):
-    def loss(q, k, v, rh, rw):
-      out = ops.relative_attention_2d(q, k, v, rh, rw, query_chunk_size=chunk)
-      return jnp.sum(jnp.square(out))
-    return jax.grad(loss, argnums=(0, 1, 2, 3, 4))
+    return measure.grad_of_square_sum(
+        lambda *a: ops.relative_attention_2d(*a, query_chunk_size=chunk), (0, 1, 2, 3, 4))
 
   result = {"size": f"1×{side}²×{heads}×{dim}", "chunk": config.relative_chunk}
   for label, chunk in (("chunked", config.relative_chunk), ("unchunked", None)):

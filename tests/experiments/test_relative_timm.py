@@ -1,4 +1,4 @@
-"""The issue-17 benchmark's pieces: the HLO kernel counts, the optional timm loader."""
+"""The relative-attention benchmark's pieces: the HLO kernel counts, the optional timm loader."""
 
 from experiments import relative_timm
 
