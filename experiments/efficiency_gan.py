@@ -51,18 +51,15 @@ def build(config, variant: str, seed: int = 0):
 
 
 def forward_fn(g, d):
-  g.eval()
-  d.eval()
-  gdef, gstate = nnx.split(g)
-  ddef, dstate = nnx.split(d)
-
-  def forward(gstate, dstate, z):
-    return nnx.merge(ddef, dstate)(nnx.merge(gdef, gstate)(z))
-
-  return forward, (gstate, dstate)
+  """(forward(gstate, dstate, z) = D(G(z)) in evaluation mode, (gstate, dstate))."""
+  generate, gstate = measure.inference_fn(g)
+  discriminate, dstate = measure.inference_fn(d)
+  return (lambda gs, ds, z: discriminate(ds, generate(gs, z))), (gstate, dstate)
 
 
 def train_fn(g, d):
+  """(step, state) of one training iteration: D's hinge loss on a real and a generated batch,
+  then G's loss, each differentiated w.r.t. its network's parameters (no optimizer)."""
   g.train()
   d.train()
   gdef, gp, gr = nnx.split(g, nnx.Param, ...)
