@@ -75,11 +75,23 @@ def _lines(err: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_dir):
-  """A run that never faulted: its workdir (checkpoints at steps 2 and 4) and Final: line."""
+  """A run that never faulted, started at once so that it runs beside the first test's
+  own: `reference()` waits for it and gives its workdir (checkpoints at steps 2 and 4) and
+  its Final: line."""
   workdir = tmp_path_factory.mktemp("reference") / "w"
-  code, out, err = _main(workdir, data_dir)
-  assert code == 0, err[-3000:]
-  return workdir, _final(out)
+  process, result = _start(workdir, data_dir), []
+
+  def finished():
+    if not result:
+      code, out, err = _finish(process)
+      assert code == 0, err[-3000:]
+      result.append((workdir, _final(out)))
+    return result[0]
+
+  yield finished
+  if process.poll() is None:
+    process.kill()
+    process.communicate()
 
 
 def _tmpfs(path, size: str) -> bool:
@@ -110,7 +122,7 @@ def test_full_disk_while_saving(tmp_path, data_dir, reference, monkeypatch):
     code, out, err = _main(workdir, data_dir)
     assert code == 0, err[-3000:]
     assert f"Resumed from {workdir}/checkpoints at step 2" in out
-    assert _final(out) == reference[1]
+    assert _final(out) == reference()[1]
   finally:
     subprocess.run(["umount", str(disk)], check=False)
 
@@ -137,7 +149,7 @@ def _full_disk_stubbed(tmp_path, data_dir, monkeypatch):
 
 def test_damaged_latest_checkpoint_falls_back(tmp_path, data_dir, reference):
   workdir = tmp_path / "w"
-  shutil.copytree(reference[0], workdir)
+  shutil.copytree(reference()[0], workdir)
   data = workdir / "checkpoints" / "4" / "default" / "ocdbt.process_0" / "d"
   largest = max(data.iterdir(), key=lambda p: p.stat().st_size)
   with open(largest, "r+b") as f:
@@ -152,7 +164,7 @@ def test_damaged_latest_checkpoint_falls_back(tmp_path, data_dir, reference):
                               "step 2")
   assert len(_lines(err)) == 1, err[-3000:]
   assert f"Resumed from {workdir}/checkpoints at step 2" in out
-  assert _final(out) == reference[1]
+  assert _final(out) == reference()[1]
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4", "4.damaged"]
 
 
@@ -190,8 +202,8 @@ def test_restore_returns_the_newest_step(tmp_path):
 def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
   # Two copies of the finished reference run, one per command, run side by side.
   workdir, changed = tmp_path / "w", tmp_path / "changed"
-  shutil.copytree(reference[0], workdir)
-  shutil.copytree(reference[0], changed)
+  shutil.copytree(reference()[0], workdir)
+  shutil.copytree(reference()[0], changed)
   before = sorted(str(p.relative_to(workdir)) for p in (workdir / "checkpoints").rglob("*"))
   record = (workdir / "config.json").read_text()
 
@@ -213,7 +225,7 @@ def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
   assert code == 0, err[-3000:]
   assert ("Resuming with changed run settings: eval_every_steps 4 -> 2, keep_checkpoints "
           "2 -> 3") in out.splitlines()
-  assert _final(out) == reference[1]
+  assert _final(out) == reference()[1]
 
 
 def test_config_changes_use_an_allow_list():
