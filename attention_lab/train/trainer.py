@@ -31,7 +31,8 @@ from attention_lab.train import (checkpointing, console, data_faults, images, me
                                  perf, profiling, tasks)
 from attention_lab.train.parameters import count_parameters, write_table
 from attention_lab.train.signals import PREEMPTION, Interrupted
-from attention_lab.train.signals import install_sigterm_handler  # pylint: disable=unused-import  # main's
+# `main` installs the SIGTERM handler through this module, before the Trainer exists.
+from attention_lab.train.signals import install_sigterm_handler  # pylint: disable=unused-import
 from attention_lab.train.validation import check_workdir, validate_config
 
 
