@@ -298,6 +298,7 @@ def main(argv):
 
 if __name__ == "__main__":
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
   # Compiling needs no TPU; do not wait on another process's libtpu lock file.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   app.run(main, flags_parser=cli.parse_flags)

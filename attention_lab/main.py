@@ -30,6 +30,7 @@ if __name__ == "__main__":
   signal.signal(signal.SIGTERM, lambda *_: _EARLY_SIGTERM.append(True))
   if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import logging as std_logging

@@ -51,6 +51,7 @@ import sys
 
 if __name__ == "__main__" and not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import json
