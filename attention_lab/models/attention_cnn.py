@@ -5,10 +5,10 @@ from flax import nnx
 
 from attention_lab.layers import GlobalAttention, Hamburger
 from attention_lab.layers.conv import ConvBN
+from attention_lab.layers.global_attention import OPERATORS
 from attention_lab.models.registry import register
 
-ATTENTIONS = ("none", "softmax", "softmax_pool", "mean", "siamese", "kronecker_kv",
-              "kronecker_qkv", "relative", "hamburger")
+ATTENTIONS = ("none", *OPERATORS, "hamburger")  # an operator GlobalAttention runs is one here
 
 
 class AttentionCNN(nnx.Module):
