@@ -72,7 +72,6 @@ _SPLIT = flags.DEFINE_string("split", "", "Dataset split to predict (default: th
 _OUT = cli.define_once(flags.DEFINE_string, "out", None, "Folder the prediction files are written to.")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 0, "GAN: images to write (0: eval.num_samples).")
 _DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
-flags.mark_flags_as_required(["config", "workdir", "out"])
 
 TASKS = ("segmentation", "detection", "gan", "restoration")
 # COCO's 80 category ids in the order of its (and TFDS coco/2017's) contiguous labels.
@@ -93,17 +92,15 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 
 def restore(config, workdir: str):
-  """(task, state, step): the config's task and the newest checkpoint in `workdir`, read
-  only, in the loop's shardings. cli.ConfigError when the workdir holds no checkpoint."""
+  """(task, state, step): the config's task (any task) and the newest checkpoint in
+  `workdir`, read only, in the loop's shardings. cli.ConfigError when the workdir holds no
+  checkpoint."""
   from attention_lab.train import tasks, trainer
   steps = checkpoint_steps(workdir)
   if not steps:
     raise cli.ConfigError(
         f"--workdir = {workdir!r}: no checkpoint in {os.path.join(workdir, 'checkpoints')}; "
         f"train first (python -m attention_lab.main --config=... --workdir={workdir})")
-  if config.task not in TASKS:
-    raise cli.ConfigError(f"config.task = {config.task!r}: predict writes files for "
-                          f"{', '.join(TASKS)}")
   import orbax.checkpoint as ocp
   mesh = trainer.make_mesh(config)
   env = tasks.Environment(mesh, workdir, config.batch_size // jax.process_count())
@@ -355,6 +352,9 @@ def run(config, workdir: str, out: str, split: str = "", num_samples: int = 0) -
   """Restores `workdir`'s newest checkpoint and writes the predictions; the summary line."""
   if num_samples < 0:
     raise cli.ConfigError(f"--num_samples = {num_samples}: must be >= 0")
+  if config.task not in TASKS:
+    raise cli.ConfigError(f"config.task = {config.task!r}: predict writes files for "
+                          f"{', '.join(TASKS)}")
   task, state, step = restore(config, workdir)
   split = split or config.dataset.get("eval_split", "")
   if config.task == "segmentation":
@@ -388,4 +388,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir", "out"])  # here: other commands import restore
   app.run(main, flags_parser=cli.parse_flags)

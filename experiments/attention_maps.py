@@ -34,16 +34,17 @@ import re
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from attention_lab import cli
+from attention_lab import cli, predict
 from attention_lab.data import pipeline
 from attention_lab.layers import recording
 from attention_lab.layers.augmented_conv import AugmentedConv
 from attention_lab.layers.global_attention import GlobalAttention
 from attention_lab.layers.hamburger import Hamburger
 from attention_lab.layers.non_local import NonLocal
+from experiments import measure
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -217,13 +218,12 @@ def test_images(config, num_images: int):
 
 def main(argv):
   del argv
-  from attention_lab.train.trainer import Trainer  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
-  trainer = Trainer(config, _WORKDIR.value)
-  if trainer.checkpoints.latest_step() is None:
-    raise SystemExit(f"no checkpoint in {_WORKDIR.value}: train first with `python -m "
-                     f"attention_lab.main --config=... --workdir={_WORKDIR.value}`")
-  model = trainer.task.model(trainer.state)
+  try:
+    task, state, _ = predict.restore(config, _WORKDIR.value)
+  except cli.ConfigError as e:
+    cli.fail(str(e))
+  model = task.model(state)
   images = test_images(config, _NUM_IMAGES.value)
   paths = draw_model(model, images, _OUT_DIR.value or RESULTS,
                      _NAME.value or default_name(config), _MAX_LAYERS.value)
@@ -234,4 +234,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  measure.run(main)
