@@ -85,7 +85,7 @@ def run_variant(variant: str, workdir: str, steps: int) -> dict:
   return dict(variant=variant, steps=config.num_train_steps, batch=config.batch_size,
               width=config.model.width, learning_rates=(config.g_optimizer.learning_rate,
                                                         config.d_optimizer.learning_rate),
-              ema_decay=config.ema_decay,
+              ema_decay=config.ema_decay, mode_seeking=config.mode_seeking,
               ema_start_step=config.ema_start_step, conditional_accuracy=acc, fid=fid,
               untrained_fid=fid0, fid_ratio=fid / fid0, inception_score=summary["eval_is"],
               kid=summary["eval_kid"], precision=summary["eval_precision"],
@@ -107,6 +107,10 @@ def _ema(row) -> str:
           f"{row['ema_start_step']})")
 
 
+def _mode_seeking(row) -> str:
+  return f"{row.get('mode_seeking', 0.0):g}"  # 0 for rows measured before the term existed
+
+
 def markdown(rows, machine: str, classifier: dict, note: str) -> str:
   lines = [
       "# Default GAN experiment: conditional SAGAN on digits, per attention variant", "",
@@ -114,7 +118,8 @@ def markdown(rows, machine: str, classifier: dict, note: str) -> str:
       "configs/gan/default.py: G and D at 32×32 (BigGAN 32² layout, width "
       f"{rows[0]['width'] if rows else '?'}), context module at 16², hinge loss, Adam (0, 0.9), "
       f"TTUR {' / '.join(f'{lr:g}' for lr in rows[0]['learning_rates']) if rows else '?'}, "
-      f"batch {rows[0]['batch'] if rows else '?'}, {_ema(rows[0]) if rows else '?'}. Scores "
+      f"batch {rows[0]['batch'] if rows else '?'}, {_ema(rows[0]) if rows else '?'}, "
+      f"MSGAN's mode-seeking term λ {_mode_seeking(rows[0]) if rows else '?'}. Scores "
       "over 2,000 "
       "class-balanced samples from a fixed key, in the feature space of the digits classifier "
       "(configs/default.py, "

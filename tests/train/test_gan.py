@@ -134,7 +134,8 @@ def test_bad_config_names_the_field(tmp_path):
   for overrides, match in (({"d_steps": 0}, "d_steps"), ({"ema_decay": 1.0}, "ema_decay"),
                            ({"eval.features": "clip"}, "eval.features"),
                            ({"dataset.name": "mnist"}, "dataset.name"),
-                           ({"model.context_side": 32}, "context_side")):
+                           ({"model.context_side": 32}, "context_side"),
+                           ({"mode_seeking": -1.0}, "mode_seeking")):
     with pytest.raises(ValueError, match=match):
       config = tiny(tmp_path, **overrides)
       task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path), 4))
@@ -203,3 +204,17 @@ def test_hierarchical_z_reaches_every_block():
   with pytest.raises(ValueError, match="hierarchical_z"):
     sagan.SaganGenerator(num_classes=10, resolution=32, width=1, latent_dim=9,
                          class_embedding=4, hierarchical_z=True, rngs=nnx.Rngs(0))
+
+
+def test_mode_seeking_loss_matches_a_loop():
+  """MSGAN's term over the pairs (i, i + B/2), against a float64 loop; a collapsed pair (the
+  same image for two z) costs 1/ε."""
+  rng = np.random.default_rng(0)
+  images, z = rng.normal(size=(6, 4, 4, 3)), rng.normal(size=(6, 5))
+  expected = np.mean([1.0 / (np.mean(np.abs(images[i] - images[i + 3]))
+                             / np.mean(np.abs(z[i] - z[i + 3])) + 1e-5) for i in range(3)])
+  got = gan.mode_seeking_loss(jnp.asarray(images, jnp.float32), jnp.asarray(z, jnp.float32))
+  np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+  same = jnp.concatenate([jnp.asarray(images[:3], jnp.float32)] * 2)
+  np.testing.assert_allclose(float(gan.mode_seeking_loss(same, jnp.asarray(z, jnp.float32))),
+                             1e5, rtol=1e-6)

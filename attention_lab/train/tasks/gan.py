@@ -8,11 +8,13 @@ refined | hamburger | conv; `config.model.d_attention` may differ in D).
 Training (SAGAN Sec. 4-5): hinge loss, D: E[relu(1 − D(x, y))] + E[relu(1 + D(G(z, ỹ), ỹ))],
 G: −E[D(G(z, ỹ), ỹ)], z ~ N(0, I), fake labels ỹ uniform over the classes; G and D
 each with its own optimizer (config.g_optimizer / config.d_optimizer; SAGAN's TTUR:
-Adam β = (0, 0.9), 1e-4 for G, 4e-4 for D). One `train_step` runs `config.d_steps`
-D updates then one G update, all in one jitted program (the D updates unrolled:
-XLA:CPU ran a D update ~27× slower as a `lax.scan` body). Each D update sees
-its own real images: the batch carries (B, d_steps, H, W, 3) images
-(data/gan.py), i.e. d_steps·B real images per step.
+Adam β = (0, 0.9), 1e-4 for G, 4e-4 for D). `config.mode_seeking` = λ > 0 adds MSGAN's
+mode-seeking term λ·L_ms to G's loss (`mode_seeking_loss`; G's batch then holds pairs of
+one class: its second half's labels are its first half's), against a G that ignores z.
+One `train_step` runs `config.d_steps` D updates then one G update, all in one jitted
+program (the D updates unrolled: XLA:CPU ran a D update ~27× slower as a `lax.scan`
+body). Each D update sees its own real images: the batch carries (B, d_steps, H, W, 3)
+images (data/gan.py), i.e. d_steps·B real images per step.
 D sees [real; fake] as one concatenated batch (one spectral-norm power iteration
 per update, as BigGAN). In a D update G runs in training mode (batch statistics)
 on fresh noise and its new BatchNorm running averages are discarded; only the G
@@ -94,6 +96,17 @@ def hinge_d_loss(real_logits, fake_logits):
   return jnp.mean(jax.nn.relu(1 - real_logits)) + jnp.mean(jax.nn.relu(1 + fake_logits))
 
 
+def mode_seeking_loss(images, z):
+  """MSGAN's mode-seeking term (Mao et al. 2019, Eq. 3, in the form their code minimises):
+  for pairs (first half, second half of the batch, the same class),
+  1 / (mean |G(z₁) − G(z₂)| / mean |z₁ − z₂| + ε), ε = 1e-5, averaged over pairs; G
+  minimises it, so its images must move with z."""
+  h = images.shape[0] // 2
+  image_gap = jnp.mean(jnp.abs(images[:h] - images[h:2 * h]), axis=(1, 2, 3))
+  z_gap = jnp.mean(jnp.abs(z[:h] - z[h:2 * h]), axis=1)
+  return jnp.mean(1.0 / (image_gap / z_gap + 1e-5))
+
+
 class GAN(base.Task):
   """SAGAN-style conditional or unconditional GAN; evaluation by FID (lower is better)."""
 
@@ -112,6 +125,10 @@ class GAN(base.Task):
       raise ValueError(f"d_steps must be >= 1, got {config.d_steps}")
     if not 0.0 <= config.ema_decay < 1.0:
       raise ValueError(f"ema_decay must be in [0, 1), got {config.ema_decay}")
+    self.mode_seeking = float(config.get("mode_seeking", 0.0))
+    if self.mode_seeking < 0 or (self.mode_seeking and config.batch_size % 2):
+      raise ValueError(f"mode_seeking must be >= 0 (with an even batch_size), got "
+                       f"{config.mode_seeking} (batch_size {config.batch_size})")
     if config.eval.features not in FEATURES:
       raise ValueError(f"eval.features must be one of {FEATURES}, got {config.eval.features!r}")
     self.total_steps = int(config.num_train_steps)
@@ -193,12 +210,16 @@ class GAN(base.Task):
     d_loss, d_real, d_fake = (jnp.stack(v) for v in zip(*values))
 
     z, y = self._latent(keys[-1], b)
+    if self.mode_seeking and y is not None:  # pairs of one class: y's second half = first's
+      y = jnp.concatenate([y[:b // 2]] * 2)
 
     def g_loss_fn(params):
       gen = self.generator.model({**g_state, "params": params}, train=True)
       disc = self.discriminator.model(d_state, train=True)
-      loss = -jnp.mean(disc(gen(z, y), y))
-      return loss, (base.non_params(gen), base.non_params(disc), loss)
+      fake = gen(z, y)
+      loss = -jnp.mean(disc(fake, y))
+      total = loss + self.mode_seeking * mode_seeking_loss(fake, z) if self.mode_seeking else loss
+      return total, (base.non_params(gen), base.non_params(disc), loss)
 
     grads, (g_rest, d_rest, g_loss) = jax.grad(g_loss_fn, has_aux=True)(g_state["params"])
     g_state = self.generator.update(g_state, grads, g_rest)
