@@ -43,7 +43,7 @@ class Run:
     if self.returncode == 0:
       return None
     lines = [l for l in self.output.splitlines() if l.strip()]
-    return (lines[-1] if lines else f"exit status {self.returncode}")[-300:]
+    return lines[-1] if lines else f"exit status {self.returncode}"
 
   def check(self) -> "Run":
     if self.returncode:
