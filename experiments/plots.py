@@ -140,6 +140,20 @@ def model_stats_plot():
   link("model_stats.md", path.name, "Plot (ours − paper per row, %)")
 
 
+def segmentation_models_plot():
+  """Parameters and MAdd at 513² of each segmentation model, the paper's parameters beside
+  ours where it gives them (Ham Table 2)."""
+  rows = _load("segmentation_models")
+  groups = [r["model"].split(" (")[0].split(" — ")[0] for r in rows]
+  path = grouped_bars(
+      RESULTS / "segmentation_models.png", "Segmentation models at 513×513", groups,
+      [("parameters (M)", {"ours": [r["params"] / 1e6 for r in rows],
+                           "paper": [r["paper_params"] and r["paper_params"] / 1e6
+                                     for r in rows]}),
+       ("MAdd (G)", {"ours": [r["madd"] / 1e9 for r in rows]})], rotate=30)
+  link("segmentation_models.md", path.name, "Plot (parameters and MAdd per model)")
+
+
 def sao_table5_plot(result, path):
   """Memory and time ratios against each comparison's baseline, ours beside the paper's."""
   rows = result["rows"]
@@ -200,6 +214,7 @@ def table_plot(name: str, result, out_dir=RESULTS, stem: str | None = None) -> s
 def main(argv):
   del argv
   model_stats_plot()
+  segmentation_models_plot()
   for name, (plot, caption) in TABLE_PLOTS.items():
     link(f"{name}.md", plot(_load(name), RESULTS / f"{name}.png").name, caption)
 

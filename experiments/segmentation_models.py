@@ -18,7 +18,7 @@ from absl import app
 from attention_lab import cli
 from attention_lab.models import segmentation  # noqa: F401  (registers the names)
 from configs.hamburger import ade20k_hamnet
-from experiments import model_stats
+from experiments import model_stats, plots
 
 SIZE = (513, 513, 3)
 ROWS = [
@@ -58,6 +58,7 @@ def main(argv):
             "at batch 1 from the traced forward pass (experiments/model_stats.py).\n\n")
   (out / "segmentation_models.md").write_text(header + "\n".join(lines) + "\n")
   (out / "segmentation_models.json").write_text(json.dumps(records, indent=1))
+  plots.segmentation_models_plot()  # segmentation_models.png, linked from the markdown
   print((out / "segmentation_models.md").read_text())
 
 
