@@ -8,6 +8,8 @@ it from numpy: parameters ~ N(0, 1/fan_in), batch-norm variances 1, means 0,
 RNG keys from jax.random.key, other variables N(0, 1).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,27 +41,41 @@ def create_tiny(name: str, *, num_classes: int, seed: int = 0, **overrides) -> n
   return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
+def _train_forward(graphdef, params, rest, x):
+  """Training-mode outputs, gradients of mean(outputs²) with respect to the parameters, and
+  the updated non-parameter variables, from one forward pass: plain jax.value_and_grad over
+  the split state traces and compiles in about half the time of nnx.jit + nnx.grad here."""
+  def loss(params):
+    model = nnx.merge(graphdef, params, rest, copy=True)
+    out = model(x)
+    return jnp.mean(out**2), (out, nnx.state(model, nnx.Not(nnx.Param)))
+
+  (_, (out, rest)), grads = jax.value_and_grad(loss, has_aux=True)(params)
+  return out, grads, rest
+
+
 def train_step(model, x):
-  """(outputs, gradients of mean(outputs²)) in one jit-compiled call."""
-  return nnx.jit(lambda m, x: (m(x), nnx.grad(lambda m: jnp.mean(m(x) ** 2))(m)))(model, x)
+  """(outputs, gradients of mean(outputs²)) in one jit-compiled call; the model's batch
+  statistics and RNG counters are updated as a training step updates them."""
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  out, grads, rest = jax.jit(functools.partial(_train_forward, graphdef))(params, rest, x)
+  nnx.update(model, rest)
+  return out, grads
 
 
 def train_and_eval(model, x, x_other):
   """One compiled call: training-mode outputs and gradients of mean(out²), and the
   evaluation-mode outputs of a copy of the model for the batches x and x_other (one trace,
   lax.map)."""
-  graphdef, state = nnx.split(model)
-  evaluated = nnx.merge(graphdef, state)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  evaluated = nnx.merge(graphdef, params, rest)
   evaluated.eval()
   eval_graphdef, eval_state = nnx.split(evaluated)
 
   @jax.jit
-  def run(state, eval_state, batches):
-    def loss(m):
-      out = m(batches[0])
-      return jnp.mean(out**2), out
-    (_, out), grads = nnx.value_and_grad(loss, has_aux=True)(nnx.merge(graphdef, state))
-    outs = jax.lax.map(lambda b: nnx.merge(eval_graphdef, eval_state)(b), batches)
+  def run(params, rest, eval_state, batches):
+    out, grads, _ = _train_forward(graphdef, params, rest, batches[0])
+    outs = jax.lax.map(lambda b: nnx.merge(eval_graphdef, eval_state, copy=True)(b), batches)
     return out, grads, outs
 
-  return run(state, eval_state, jnp.stack([x, x_other]))
+  return run(params, rest, eval_state, jnp.stack([x, x_other]))
