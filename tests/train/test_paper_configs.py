@@ -26,12 +26,18 @@ def test_tiny_preset_trains_two_steps(tmp_path, name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_row_builds_at_cpu_size(name):
   """Each row's `:ROW,cpu` network exists and accepts the preset's model fields (shapes only;
-  the default row's forward pass runs in the `:tiny` training test)."""
+  the default row's forward pass runs in the `:tiny` training test). The SE and AA ResNet
+  rows are built at their `:tiny` depth (one block per stage): they change the blocks, not
+  how many there are, and each depth's block counts are built at full depth by its plain
+  row (tracing se_/aa_resnet101/152 costs 5-10 s each; their 34/50-layer nets are traced
+  at full depth in tests/models/test_resnet.py)."""
   module = CONFIGS[name]
   for row in module.ROWS:
     config = module.get_config(f"{row},cpu")
     assert config.model.name == row and config.dataset.name == "digits"
     overrides = {k: v for k, v in config.model.items() if k not in ("name", "dtype")}
+    if module is resnet_imagenet and row.startswith(("se_", "aa_")):
+      overrides["depth"] = module.get_config(f"{row},tiny").model.depth
     model = nnx.eval_shape(lambda: models.create(row, num_classes=10, rngs=nnx.Rngs(0),
                                                  **overrides))
     assert isinstance(model, nnx.Module), row
