@@ -49,7 +49,6 @@ _TOPOLOGY = flags.DEFINE_string(
     "topology", "v5e:4x4", "TPU slice (v5e:2x2, v4:2x2x2, ...) or GPUs (h100, h100x8, ...).")
 _JSON = cli.define_once(flags.DEFINE_string, "json", None, "Write the figures to this JSON file.")
 _DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
-flags.mark_flags_as_required(["config"])
 
 GIB = 2**30
 _TRITON_TILING_FAILURE = "Couldn't find output tile sizes"
@@ -297,6 +296,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])  # as a command only: other modules and tests import this one
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
   # Compiling needs no TPU; do not wait on another process's libtpu lock file.

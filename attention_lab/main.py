@@ -53,7 +53,6 @@ _COORDINATOR = flags.DEFINE_string(
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 _DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
-flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _cluster_detected() -> bool:
@@ -201,4 +200,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])  # as a command only: other modules and tests import this one
   app.run(main, flags_parser=cli.parse_flags)
