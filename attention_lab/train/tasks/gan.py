@@ -176,6 +176,11 @@ class GAN(base.Task):
       return z, None
     return z, jax.random.randint(ky, (n,), 0, self.num_classes)
 
+  def _split_over_data(self, *arrays):
+    """Latents drawn inside the step are split like the batch: else every device runs all of G."""
+    return [None if a is None else jax.lax.with_sharding_constraint(a, self.env.data_sharding)
+            for a in arrays]
+
   # ---------------------------------------------------------------- training
   def train_step(self, state, batch):
     images, labels = batch["image"], batch["label"]
@@ -189,7 +194,7 @@ class GAN(base.Task):
 
     def d_update(d_state, xs):
       real, real_y, k = xs
-      z, y = self._latent(k, b)
+      z, y = self._split_over_data(*self._latent(k, b))
       fake = jax.lax.stop_gradient(self.generator.model(g_state, train=True)(z, y))
 
       def loss_fn(params):
@@ -212,6 +217,7 @@ class GAN(base.Task):
     z, y = self._latent(keys[-1], b)
     if self.mode_seeking and y is not None:  # pairs of one class: y's second half = first's
       y = jnp.concatenate([y[:b // 2]] * 2)
+    z, y = self._split_over_data(z, y)
 
     def g_loss_fn(params):
       gen = self.generator.model({**g_state, "params": params}, train=True)
