@@ -23,6 +23,13 @@ shuffle buffer fills, the first batches are prefetched) it counts examples over
 `--windows` windows of `--seconds` each, whole batches, and reports their median. A GAN
 batch holds d_steps images per batch element; all are counted.
 
+Two rates per window: examples per wall second, and examples per CPU-second of the
+process (`time.process_time`: user + system time of all its threads, tf.data's and TF's
+pools included). The wall rate falls when other jobs share the cores; the CPU-second
+rate hardly does: it is what one core dedicated to this pipeline delivers, so the cores
+an accelerator host needs are computed from the 1-core run's CPU-second rate. (It leaves
+out time the pipeline waits on the disk; here the files are in the page cache.)
+
 Needed rate: what one accelerator host consumes when the train step runs at its roofline
 time, needed examples/s = per-host batch / step time (× d_steps for a GAN):
 - TPU v5e host (4 chips, as ct5lp-hightpu-4t: 4 v5e chips, 112 vCPUs; the v5e:2x2 slice
@@ -36,8 +43,8 @@ time, needed examples/s = per-host batch / step time (× d_steps for a GAN):
   `attention_lab.devices`). Bytes count too: the small ImageNet nets are memory-bound,
   and FLOPs alone would claim ~60× their rate. XLA:GPU fuses differently from XLA:TPU,
   so this is an estimate.
-Cores needed = needed rate / measured 1-core rate (the all-core rate shows how well it
-scales here).
+Cores needed = needed rate / the 1-core examples per CPU-second (the all-core rates show
+how well it scales here).
 """
 
 import json
@@ -135,15 +142,17 @@ def measure_in_process(config, batch_size: int, seconds: float, windows: int, wa
   while first is None or time.perf_counter() - start < warmup:
     batch = next(batches)
     first = first or time.perf_counter() - start
-  rates = []
+  rates, cpu_rates = [], []
   for _ in range(windows):
-    count, start = 0, time.perf_counter()
+    count, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while not count or time.perf_counter() - start < seconds:
       next(batches)
       count += 1
     rates.append(count * per_batch / (time.perf_counter() - start))
+    cpu_rates.append(count * per_batch / max(time.process_time() - cpu_start, 1e-9))
   shapes = {k: list(v.shape) for k, v in batch.items()}
   return {"examples_per_s": statistics.median(rates), "window_rates": rates,
+          "examples_per_cpu_s": statistics.median(cpu_rates), "window_cpu_rates": cpu_rates,
           "first_batch_s": first, "batch_shapes": shapes, "examples_per_batch": per_batch}
 
 
@@ -279,7 +288,7 @@ def run(config, config_path: str, *, batch_size: int, seconds: float, windows: i
             "batch_size": batch_size, "rates": rates, "images_per_batch_element": per_element,
             "v5e_host": v5e_host_need(aot_dir, stem, per_element),
             "h100x8_host": h100_host_need(aot_dir, stem, dtype, per_element)}
-  one = rates.get("1", {}).get("examples_per_s")
+  one = rates.get("1", {}).get("examples_per_cpu_s")
   for host in ("v5e_host", "h100x8_host"):
     if result[host] and one:
       result[host]["cores_needed"] = cores_needed(result[host]["examples_per_s"], one)
@@ -290,16 +299,16 @@ def summary(result: dict) -> str:
   lines = [f"{result['config']}: {result['dataset']} ({result['data']} data), "
            f"batches of {result['batch_size']}"]
   for cores, r in result["rates"].items():
-    lines.append(f"  {cores} core(s): {r['examples_per_s']:.1f} examples/s "
-                 f"({r['examples_per_s'] / int(cores):.1f} per core; windows "
-                 f"{', '.join(f'{x:.1f}' for x in r['window_rates'])})")
+    lines.append(f"  {cores} core(s): {r['examples_per_s']:.1f} examples/s (windows "
+                 f"{', '.join(f'{x:.1f}' for x in r['window_rates'])}); "
+                 f"{r['examples_per_cpu_s']:.1f} examples per CPU-second")
   for host, label in (("v5e_host", "TPU v5e host (4 chips)"), ("h100x8_host", "8×H100 host")):
     need = result[host]
     if need is None:
       lines.append(f"  {label}: no aot result for this config")
       continue
-    cores = f", {need['cores_needed']:.1f} cores at this 1-core rate" if "cores_needed" in need \
-        else ""
+    cores = (f", {need['cores_needed']:.1f} cores at the 1-core rate per CPU-second"
+             if "cores_needed" in need else "")
     lines.append(f"  {label} needs {need['examples_per_s']:.0f} examples/s "
                  f"({need['source']}){cores}")
   return "\n".join(lines)

@@ -25,6 +25,8 @@ def test_tiny_config_rates_are_positive():
                                          seconds=0.2, windows=3, warmup=0.1)
   assert result["examples_per_s"] > 0 and len(result["window_rates"]) == 3
   assert result["examples_per_s"] == sorted(result["window_rates"])[1]
+  # Examples per CPU-second of the process (all its threads): the median window too.
+  assert result["examples_per_cpu_s"] == sorted(result["window_cpu_rates"])[1] > 0
   assert result["batch_shapes"]["image"][0] == 8 and result["examples_per_batch"] == 8
 
 
