@@ -1,15 +1,19 @@
 """Does every paper config fit a TPU slice, its paper's GPU and an H100? `attention_lab.aot`
 for each train config, compiled on the CPU.
 
-  python -m experiments.aot_table [--topologies=v5e:2x2,v5e:4x4,v4:2x2x2] [--table_only] [--redo]
+  python -m experiments.aot_table [--configs=...] [--topologies=v5e:2x2,...] [--table_only] [--redo]
   python -m experiments.aot_table --gpu [--configs=...] [--table_only] [--redo]
 
-TPU slices (needs `pip install -e '.[tpu]'`): experiments/results/aot/<config>_<topology>.json
-(one per compile, by `python -m attention_lab.aot --json`) and aot_table.md.
+TPU slices (needs `pip install -e '.[tpu]'`): every train config on TPU_TOPOLOGIES, the
+CPU-sized ones (not a paper's) on the smallest only: experiments/results/aot/
+<config>_<topology>.json (one per compile, by `python -m attention_lab.aot --json`),
+aot_tpu.md and aot_tpu.json.
 `--gpu` (needs `pip install -e '.[gpu]'`): the rows of GPU_ROWS, each config on its paper's
 GPUs where the paper names them and on as many H100s, at the paper's per-GPU batch:
-experiments/results/aot_gpu/*.json, aot_gpu.md and aot_gpu.json. A row whose compile was
-not run (or failed) is listed as such.
+experiments/results/aot_gpu/*.json, aot_gpu.md and aot_gpu.json.
+`--configs` (and `--topologies`) choose the rows to compile; a row whose JSON exists is
+compiled only with `--redo`. The tables always list every row from the saved JSONs; a row
+whose compile was not run (or failed) is listed as such.
 """
 
 import glob
@@ -23,21 +27,24 @@ from absl import app, flags
 from attention_lab import cli
 from experiments import measure, runs
 
-_TOPOLOGIES = flags.DEFINE_list("topologies", ["v5e:2x2", "v5e:4x4", "v4:2x2x2"], "TPU slices.")
+_TOPOLOGIES = flags.DEFINE_list(
+    "topologies", None, "TPU slices to compile (default: TPU_TOPOLOGIES, the smallest for a "
+    "CPU-sized config).")
 _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSONs.")
-_CONFIGS = flags.DEFINE_list("configs", None, "Config files (default: every train config).")
+_CONFIGS = flags.DEFINE_list("configs", None, "Configs to compile (default: every row's).")
 _REDO = flags.DEFINE_bool("redo", False, "Compile again rows whose JSON exists (default: skip).")
 _GPU = flags.DEFINE_bool("gpu", False, "The GPU table (GPU_ROWS) instead of the TPU slices.")
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = os.path.join(runs.REPO, "experiments", "results")
 GIB = 2**30
+TPU_TOPOLOGIES = ("v5e:2x2", "v5e:4x4")
 
 
 def train_configs() -> list[str]:
   """configs/**.py with get_config() that train (not the efficiency benchmark configs)."""
-  paths = sorted(glob.glob("configs/**/*.py", recursive=True))
+  paths = sorted(glob.glob("configs/**/*.py", root_dir=runs.REPO, recursive=True))
   return [p for p in paths if not p.endswith("__init__.py") and "/efficiency/" not in p
-          and "def get_config" in open(p).read()]
+          and "def get_config" in open(runs.REPO / p).read()]
 
 
 # The papers' GPUs and GPU counts: (config, paper's GPUs as an aot topology or None where the
@@ -70,14 +77,27 @@ GPU_ROWS = (
 )
 
 
+def _selected(config: str, configs) -> bool:
+  return not configs or config in configs or config.split(":")[0] in configs
+
+
+def _cpu_sized(config: str) -> bool:
+  """The default experiments and the default segmentation's backbone: no paper's config."""
+  return (os.path.basename(config) == "default.py"
+          or config == "configs/segmentation/digits_backbone.py")
+
+
+def tpu_rows(configs=None, topologies=None) -> list[tuple[str, str]]:
+  """(config, topology) of each TPU compile: every train config (or those of `configs`) on
+  `topologies`, by default TPU_TOPOLOGIES (the smallest for a CPU-sized config)."""
+  return [(config, t) for config in train_configs() if _selected(config, configs)
+          for t in topologies or TPU_TOPOLOGIES[:1 if _cpu_sized(config) else None]]
+
+
 def gpu_rows(configs=None) -> list[tuple[str, str, str]]:
   """(config, topology, what the paper says) for every compile of the GPU table."""
-  rows = []
-  for config, paper, h100, note in GPU_ROWS:
-    if configs and config not in configs and config.split(":")[0] not in configs:
-      continue
-    rows += [(config, t, note) for t in (paper, h100) if t]
-  return rows
+  return [(config, t, note) for config, paper, h100, note in GPU_ROWS
+          if _selected(config, configs) for t in (paper, h100) if t]
 
 
 def _json_path(config: str, topology: str, folder: str = "aot") -> str:
@@ -90,10 +110,10 @@ def _aot(config: str, topology: str, out: str, *overrides: str) -> runs.Run:
                                                f"--json={out}", *overrides])
 
 
-def _compile(config: str, topology: str, out: str):
-  """`attention_lab.aot` for one row, unless its JSON exists (--redo: always). A batch the
+def _compile(config: str, topology: str, out: str, redo: bool):
+  """`attention_lab.aot` for one row, unless its JSON exists and not `redo`. A batch the
   devices do not divide is rounded up to the next multiple (the JSON keeps the config's)."""
-  if os.path.exists(out) and not _REDO.value:
+  if os.path.exists(out) and not redo:
     return
   result = _aot(config, topology, out)
   uneven = re.search(r"batch_size = (\d+): must be divisible by the number of devices "
@@ -135,57 +155,67 @@ def main(argv):
       cli.load_config(config, field="--configs")
     except cli.ConfigError as e:
       cli.fail(str(e))
-  for topology in _TOPOLOGIES.value:
+    table = gpu_rows if _GPU.value else tpu_rows
+    if not table([config]):
+      cli.fail(f"--configs: {config!r} has no row in the {'GPU' if _GPU.value else 'TPU'} "
+               "table (see GPU_ROWS and train_configs in experiments/aot_table.py)")
+  for topology in _TOPOLOGIES.value or ():
     if ":" not in topology:
       cli.fail(f"--topologies: {topology!r} is not KIND:SHAPE (e.g. v5e:2x2)")
+  redo = None if _TABLE_ONLY.value else _REDO.value
   if _GPU.value:
-    return gpu_table()
-  configs = _CONFIGS.value or train_configs()
-  if not _TABLE_ONLY.value:
-    for config in configs:
-      for topology in _TOPOLOGIES.value:
-        _compile(config, topology, _json_path(config, topology))
-  rows = ["| config | topology | devices | global batch (per device) | parameters | "
+    return gpu_table(_CONFIGS.value, redo)
+  return tpu_table(_CONFIGS.value, _TOPOLOGIES.value, redo)
+
+
+def tpu_table(configs=None, topologies=None, redo: bool | None = False):
+  """Compiles the rows of `configs` on `topologies` (see tpu_rows) whose JSON is missing
+  (`redo`: all; None: none); writes aot_tpu.md and aot_tpu.json with every row."""
+  selected = tpu_rows(configs, topologies)
+  if redo is not None:
+    for config, topology in selected:
+      _compile(config, topology, _json_path(config, topology), redo)
+  rows = sorted(set(tpu_rows()) | set(selected))
+  _write("aot_tpu", "TPU slices", "", [(c, t, _json_path(c, t), None) for c, t in rows],
+         ["| config | topology | devices | global batch (per device) | parameters | "
           "arguments GiB | outputs GiB | temporaries GiB | total GiB / HBM | fits | "
-          "GFLOP per device-step | roofline ms/step |", "|" + "---|" * 12]
-  for config in configs:
-    for topology in _TOPOLOGIES.value:
-      rows.append(_row(config, topology, _json_path(config, topology)))
-  text = "\n".join([
-      "# Train steps compiled for TPU slices on the CPU (`python -m experiments.aot_table`)",
-      "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
-      "(the notes below say what is measured and how).", "", *rows, ""])
-  text = measure.write(pathlib.Path(RESULTS), "aot_table", None, text)
-  print(text)
+          "GFLOP per device-step | roofline ms/step |", "|" + "---|" * 12])
 
 
-def gpu_table():
-  """Compiles the GPU rows that have no JSON yet; writes aot_gpu.md and aot_gpu.json."""
-  rows = gpu_rows(_CONFIGS.value)
-  if not _TABLE_ONLY.value:
-    for config, topology, _ in rows:
-      _compile(config, topology, _json_path(config, topology, "aot_gpu"))
-  lines = ["| config | topology | paper's GPUs | devices | global batch (per GPU) | "
-           "parameters | arguments GiB | outputs GiB | temporaries GiB | total GiB / memory | "
-           "fits | GFLOP per GPU-step | roofline ms/step |", "|" + "---|" * 13]
-  results, missing = [], []
-  for config, topology, note in rows:
-    path = _json_path(config, topology, "aot_gpu")
-    lines.append(_row(config, topology, path, f"{note} | "))
+def gpu_table(configs=None, redo: bool | None = False):
+  """Compiles the GPU rows of `configs` whose JSON is missing (`redo`: all; None: none);
+  writes aot_gpu.md and aot_gpu.json with every row."""
+  if redo is not None:
+    for config, topology, _ in gpu_rows(configs):
+      _compile(config, topology, _json_path(config, topology, "aot_gpu"), redo)
+  _write("aot_gpu", "GPUs", " --gpu",
+         [(c, t, _json_path(c, t, "aot_gpu"), note) for c, t, note in gpu_rows()],
+         ["| config | topology | paper's GPUs | devices | global batch (per GPU) | "
+          "parameters | arguments GiB | outputs GiB | temporaries GiB | total GiB / memory | "
+          "fits | GFLOP per GPU-step | roofline ms/step |", "|" + "---|" * 13])
+
+
+def _write(stem: str, target: str, flag: str, rows, header: list[str]):
+  """<stem>.md (a row per (config, topology, JSON path, paper's GPUs or None)) and
+  <stem>.json (the compiled rows)."""
+  lines, results, missing = list(header), [], []
+  for config, topology, path, note in rows:
+    lines.append(_row(config, topology, path, "" if note is None else f"{note} | "))
     if os.path.exists(path):
-      results.append({"config": config, "paper_gpus": note, **json.load(open(path))})
+      paper = {} if note is None else {"paper_gpus": note}
+      results.append({"config": config, **paper, **json.load(open(path))})
     else:
       missing.append(f"`{config}` on `{topology}`")
   no_fit = [f"`{r['config']}` on {r['topology']} ({r['total_bytes'] / GIB:.1f} of "
             f"{r['hbm_bytes'] / GIB:.3g} GiB)" for r in results if not r["fits"]]
+  cublas = "; ‡: GEMMs on cuBLAS" if any(r.get("compiler_options") for r in results) else ""
   text = "\n".join([
-      "# Train steps compiled for GPUs on the CPU (`python -m experiments.aot_table --gpu`)",
+      f"# Train steps compiled for {target} on the CPU (`python -m experiments.aot_table{flag}`)",
       "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
-      "(the notes below say what is measured and how; ‡: GEMMs on cuBLAS).", "", *lines, "",
+      f"(the notes below say what is measured and how{cublas}).", "", *lines, "",
       "Does not fit: " + ("; ".join(no_fit) if no_fit else "none") + ".",
       "Not compiled: " + (", ".join(missing) if missing else "none") + ".", ""])
-  text = measure.write(pathlib.Path(RESULTS), "aot_gpu", results, text)
-  print(text)
+  print(measure.write(pathlib.Path(RESULTS), stem, results, text))
 
 
 if __name__ == "__main__":

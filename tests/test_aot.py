@@ -152,3 +152,36 @@ def test_a_dot_that_triton_cannot_tile_without_a_gpu_compiles_with_cublas():
   compiled, options = aot.compile_lowered(jax.jit(grad).lower(image))
   assert options == {"xla_gpu_enable_triton_gemm": False}
   assert compiled.memory_analysis().temp_size_in_bytes >= 12 * 513 * 513 * 21 * 4
+
+
+def test_the_tpu_table_has_every_train_config_and_the_cpu_sized_ones_on_one_slice():
+  from experiments import aot_table  # pylint: disable=g-import-not-at-top
+  rows = aot_table.tpu_rows()
+  configs = aot_table.train_configs()
+  assert "configs/hamburger/pcontext_hamnet.py" in configs and "configs/gan/default.py" in configs
+  assert not any("/efficiency/" in c for c in configs)
+  for config in configs:
+    slices = [t for c, t in rows if c == config]
+    small = config.endswith("/default.py") or config.endswith("digits_backbone.py")
+    assert slices == (["v5e:2x2"] if small else ["v5e:2x2", "v5e:4x4"]), config
+  assert aot_table.tpu_rows(["configs/isa/cifar10.py"], ["v4:2x2x2"]) == [
+      ("configs/isa/cifar10.py", "v4:2x2x2")]
+  assert [t for _, t, _ in aot_table.gpu_rows(["configs/hamburger/voc_hamnet.py"])] == [
+      "titan_xp", "h100", "h100x4"]  # the :ablation rows and the R-101 row
+
+
+def test_a_table_of_named_rows_keeps_every_other_row_from_its_json(tmp_path, monkeypatch):
+  from experiments import aot_table  # pylint: disable=g-import-not-at-top
+  saved = REPO / "experiments/results/aot_gpu/sanet_care_flywing_h100.json"
+  monkeypatch.setattr(aot_table, "RESULTS", str(tmp_path))
+  (tmp_path / "aot_gpu").mkdir()
+  (tmp_path / "aot_gpu/sanet_care_flywing_h100.json").write_text(saved.read_text())
+  aot_table.gpu_table(["configs/sanet/care_flywing.py"], redo=None)  # table only
+  md = (tmp_path / "aot_gpu.md").read_text()
+  rows = [l for l in md.splitlines() if l.startswith("| [configs/")]
+  assert len(rows) == len(aot_table.gpu_rows()) > 20
+  flywing = [r for r in rows if "care_flywing" in r]
+  assert len(flywing) == 1 and "not compiled" not in flywing[0] and "365,530" in flywing[0]
+  assert sum("not compiled" in r for r in rows) == len(rows) - 1
+  (result,) = json.loads((tmp_path / "aot_gpu.json").read_text())
+  assert result["config"] == "configs/sanet/care_flywing.py" and result["topology"] == "h100"
