@@ -1,6 +1,8 @@
 """Entry point: python -m attention_lab.main --config=configs/<file>.py[:preset] --workdir=DIR.
 
-Any config field can be overridden with --config.<key>=<value>.
+Any config field can be overridden with --config.<key>=<value>. `--until_step=N` stops
+after step N (`0`: only the evaluation of the initial model, a learning curve's start);
+`--json=PATH` also writes the final line's metrics and each perf/ scalar's median as JSON.
 
 Multi-host (TPU pod slices, several GPU hosts, SLURM): every process runs the same
 command. `--coordinator_address=HOST:PORT --num_processes=N --process_id=I` are
@@ -21,6 +23,7 @@ started with another config, a damaged dataset file (the step reached is saved f
 """
 
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -36,6 +39,7 @@ if __name__ == "__main__":
 import logging as std_logging
 
 import jax
+import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -53,6 +57,11 @@ _COORDINATOR = flags.DEFINE_string(
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-host: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-host: this process's index.")
 _DEBUG = cli.define_once(flags.DEFINE_bool, "debug", False, "Show tracebacks instead of one-line errors.")
+_JSON = cli.define_once(flags.DEFINE_string, "json", None,
+                        "Also write the Final: metrics and each perf/ scalar's median here.")
+_UNTIL_STEP = flags.DEFINE_integer(
+    "until_step", None, "Stop after this step (the schedule still spans the config's steps); "
+    "0 evaluates the initial model only.", lower_bound=0)
 
 
 def _cluster_detected() -> bool:
@@ -140,6 +149,17 @@ def _quiet_closed_loop_callbacks() -> None:
   sys.unraisablehook = hook
 
 
+def write_final(path: str, summary: dict[str, float], workdir: str) -> None:
+  """The Final: line's metrics at full precision, with the median of each perf/ scalar over
+  the workdir's log steps (compilation excluded), as JSON at `path`."""
+  from attention_lab.train import metric_writing  # pylint: disable=g-import-not-at-top
+  perf = {tag: float(np.median(list(points.values())))
+          for tag, points in metric_writing.written_points(workdir).items()
+          if tag.startswith("perf/") and points}
+  with open(path, "w") as f:
+    json.dump({**{k: float(v) for k, v in summary.items()}, **perf}, f, indent=1, sort_keys=True)
+
+
 def main(argv):
   del argv
   logging.get_absl_handler().addFilter(_QuietLibraries())
@@ -171,7 +191,7 @@ def main(argv):
     trainer.say(f"{jax.process_count()} process(es), {jax.device_count()} "
                 f"{jax.devices()[0].platform} device(s); TensorBoard logs: tensorboard --logdir "
                 f"{os.path.abspath(_WORKDIR.value)}")
-    summary = trainer.run()
+    summary = trainer.run(until_step=_UNTIL_STEP.value)
   except ValueError as e:
     if _DEBUG.value:
       raise
@@ -194,6 +214,8 @@ def main(argv):
     if speed is not None:  # the median over the log intervals
       summary = {**summary, "examples_per_second": speed}
     trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
+    if _JSON.value and jax.process_index() == 0:
+      write_final(_JSON.value, summary, _WORKDIR.value)
   # All is saved. Python resets SIGTERM to its default action while it shuts down (a second
   # or so here), so a late signal would end a finished run with status -15: ignore it.
   signal.signal(signal.SIGTERM, signal.SIG_IGN)

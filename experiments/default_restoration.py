@@ -1,22 +1,16 @@
-"""The default restoration experiment once per attention: PSNR / SSIM gain and wall time.
+"""The default restoration experiment once per attention: PSNR / SSIM gain, wall time and
+each run's input | prediction | target picture (default_restoration_<attention>.png).
 
-  python -m experiments.default_restoration [--vary=model.attention=none] [--set=num_train_steps=N]
-
-U-Net / U-Net+Attn / U-Net+SAO denoising scikit-image's photographs (the sweep of
-experiments/sweep.py, its flags) → experiments/results/default_restoration.{md,json} and
-each run's input | prediction | target picture, default_restoration_<attention>.png.
+  python -m experiments.default_restoration [--vary=model.attention=none] [--set=...]
 """
 
 from experiments import sweep
 
 GOAL_DB, GOAL_S = 5.0, 600
-
 TABLE = sweep.Table(
-    name="default_restoration",
-    title="Default restoration experiment (scikit-image photos, Poisson-Gaussian noise) per "
-          "attention",
-    config="configs/restoration/default.py",
-    vary={"model.attention": ("none", "softmax", "siamese")},
+    "default_restoration", "Default restoration experiment (scikit-image photos, "
+    "Poisson-Gaussian noise) per attention", "configs/restoration/default.py",
+    {"model.attention": ("none", "softmax", "siamese")},
     columns=(("input PSNR", "eval_input_psnr", "{:.2f}"), ("output PSNR", "eval_psnr", "{:.2f}"),
              ("gain (dB)", "eval_psnr_gain", "{:+.2f}"),
              ("input SSIM", "eval_input_ssim", "{:.4f}"), ("output SSIM", "eval_ssim", "{:.4f}"),
@@ -29,4 +23,4 @@ TABLE = sweep.Table(
     picture="*.png")
 
 if __name__ == "__main__":
-  sweep.main_for(TABLE.name)
+  sweep.main_for(TABLE)

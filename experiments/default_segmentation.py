@@ -1,22 +1,16 @@
-"""The default segmentation experiment once per head: test mIoU and wall time.
+"""The default segmentation experiment once per head (the digits-pretrained backbone,
+trained first in each workdir, included).
 
-  python -m experiments.default_segmentation [--vary=model.head=aspp,hamburger]
-      [--set=num_train_steps=N]
-
-Each run includes the digits-pretrained backbone, trained first in its workdir (the
-sweep of experiments/sweep.py, its flags) → experiments/results/default_segmentation.{md,json}.
+  python -m experiments.default_segmentation [--vary=model.head=aspp] [--set=num_train_steps=N]
 """
 
 from attention_lab.models.segmentation import SEGMENTER_HEADS
 from experiments import sweep
 
 GOAL_MIOU, GOAL_S = 0.80, 600
-
 TABLE = sweep.Table(
-    name="default_segmentation",
-    title="Default segmentation experiment (digit scenes, segmenter) per head",
-    config="configs/segmentation/default.py",
-    vary={"model.head": tuple(SEGMENTER_HEADS)},
+    "default_segmentation", "Default segmentation experiment (digit scenes, segmenter) per head",
+    "configs/segmentation/default.py", {"model.head": tuple(SEGMENTER_HEADS)},
     columns=(("test mIoU", "eval_miou", "{:.4f}"),
              ("pixel acc.", "eval_pixel_accuracy", "{:.4f}"),
              ("mean class acc.", "eval_mean_class_accuracy", "{:.4f}"), ("steps", "steps", "{}")),
@@ -26,4 +20,4 @@ TABLE = sweep.Table(
     goal=lambda r: r["final"]["eval_miou"] >= GOAL_MIOU and r["wall_s"] <= GOAL_S)
 
 if __name__ == "__main__":
-  sweep.main_for(TABLE.name)
+  sweep.main_for(TABLE)

@@ -1,15 +1,14 @@
-"""Runs a config as its own process, times it and reads its `Final:` line.
+"""A config as its own process: `python -m attention_lab.main --config=SPEC --workdir=DIR
+--json=DIR/final.json --config.<key>=<value>...`, timed; its metrics read from that JSON.
 
-`train(spec, overrides, workdir)` is `python -m attention_lab.main --config=SPEC
---workdir=WORKDIR --config.<key>=<value>...` in a fresh workdir; `untrained(...)` is the
-same config's evaluation before any step (experiments/untrained.py). Each returns a `Run`:
-the metrics of the last `Final:` line, the wall time end to end (process start, data,
-compilation, training, evaluation), the CPU time of the process and its threads (user +
-system; on a shared machine the wall time grows, the CPU time much less) and the
-1-minute load average before and after.
+A `Run` holds the final metrics (main's `--json`: the Final: line's, each perf/ scalar's
+median), the wall time end to end (start-up, data, compilation, training, evaluation), the
+CPU time of the process and its threads (user + system; on a shared machine the wall time
+grows, the CPU time much less) and the 1-minute load average before and after.
 """
 
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -20,10 +19,6 @@ import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-class RunError(RuntimeError):
-  """A run that exited with a non-zero status (its last output line in the message)."""
 
 
 @dataclasses.dataclass
@@ -40,68 +35,52 @@ class Run:
   @property
   def error(self) -> str | None:
     """The last non-empty output line of a failed run (None when it succeeded)."""
-    if self.returncode == 0:
-      return None
     lines = [l for l in self.output.splitlines() if l.strip()]
-    return lines[-1] if lines else f"exit status {self.returncode}"
-
-  def check(self) -> "Run":
-    if self.returncode:
-      raise RunError(f"{' '.join(self.command[2:])}: exit {self.returncode}: {self.error}")
-    return self
+    return None if not self.returncode else lines[-1] if lines else f"exit {self.returncode}"
 
   def record(self) -> dict:
     """The JSON-ready fields (the output left out)."""
     return {k: v for k, v in dataclasses.asdict(self).items() if k != "output"}
 
 
-def parse_final(text: str) -> dict[str, float]:
-  """{key: value} of the last `Final: key=value, ...` line of a run's output ({} if none).
-  Keys may hold '/', values are floats as `main` prints them (nan and inf included)."""
-  lines = [l for l in text.splitlines() if l.startswith("Final:")]
-  if not lines:
-    return {}
-  return {k: float(v) for k, v in re.findall(r"([\w/]+)=([-+\w.]+)", lines[-1][len("Final:"):])}
-
-
-def run_module(module: str, args, *, log: pathlib.Path | None = None) -> Run:
-  """`python -m module *args` from the repository root; its output to `log` if given."""
+def run_module(module: str, args, *, log: pathlib.Path | None = None,
+               final: pathlib.Path | None = None) -> Run:
+  """`python -m module *args` from the repository root; its output to `log` if given, its
+  metrics read from the JSON file `final` if given."""
   command = [sys.executable, "-m", module, *map(str, args)]
   env = {**os.environ, "PYTHONPATH": os.pathsep.join(
       filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
-  load_before = os.getloadavg()[0]
-  before = resource.getrusage(resource.RUSAGE_CHILDREN)
+  load_before, before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   done = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, check=False)
-  wall = time.perf_counter() - start
-  after = resource.getrusage(resource.RUSAGE_CHILDREN)
+  wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
   if log is not None:
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(" ".join(command) + "\n\n" + done.stdout)
   cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-  return Run(command, done.returncode, wall, cpu, load_before, os.getloadavg()[0],
-             parse_final(done.stdout), done.stdout)
-
-
-def _args(spec: str, overrides, workdir) -> list[str]:
-  return [f"--config={spec}", f"--workdir={workdir}",
-          *(o if o.startswith("--") else f"--config.{o}" for o in overrides)]
+  metrics = json.loads(final.read_text()) if final and final.exists() else {}
+  return Run(command, done.returncode, wall, cpu, load_before, os.getloadavg()[0], metrics,
+             done.stdout)
 
 
 def train(spec: str, overrides=(), *, workdir, fresh: bool = True,
           log: pathlib.Path | None = None) -> Run:
   """`attention_lab.main` for `spec` (FILE[:preset]) with `overrides` ('key=value' or
   '--flag=value'); `fresh` empties the workdir first."""
+  workdir = pathlib.Path(workdir)
   if fresh:
     shutil.rmtree(workdir, ignore_errors=True)
-  return run_module("attention_lab.main", _args(spec, overrides, workdir), log=log)
+  final = workdir / "final.json"
+  final.unlink(missing_ok=True)
+  return run_module("attention_lab.main", [
+      f"--config={spec}", f"--workdir={workdir}", f"--json={final}",
+      *(o if o.startswith("--") else f"--config.{o}" for o in overrides)], log=log, final=final)
 
 
 def untrained(spec: str, overrides=(), *, workdir, log: pathlib.Path | None = None) -> Run:
   """The evaluation of the config's model before its first step, in a fresh workdir."""
-  shutil.rmtree(workdir, ignore_errors=True)
-  return run_module("experiments.untrained", _args(spec, overrides, workdir), log=log)
+  return train(spec, [*overrides, "--until_step=0"], workdir=workdir, log=log)
 
 
 def slug(text: str) -> str:

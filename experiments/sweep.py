@@ -1,16 +1,17 @@
-"""Trains a config once per combination of field values; tabulates each run's `Final:`
-metrics, wall and CPU time.
+"""Trains a config once per combination of field values; tabulates each run's final metrics,
+wall and CPU time.
 
   python -m experiments.sweep --config=configs/X.py[:preset] --vary=model.attention=a,b,c
       [--vary=FIELD=V1,V2 ...] [--set=FIELD=VALUE ...] [--name=NAME]
       [--workdir_root=/tmp/sweeps] [--table_only]
-  python -m experiments.sweep --table=default_operators [--vary=model.attention=none] [--set=...]
+  python -m experiments.default_operators [--vary=model.attention=none] [--set=...]
 
-Each run is `python -m attention_lab.main` in a fresh workdir (experiments/runs.py).
-Writes experiments/results/NAME.{json,md} (NAME: --name, the table's, or
-sweep_<config>); the rows of the combinations run replace theirs, other rows stay, and
-so do the markdown's notes (measure.write). A named table (experiments/default_*.py)
-fixes the config, the values, the columns and the goal; its --vary restricts the values.
+Each run is `python -m attention_lab.main` in a fresh workdir (experiments/runs.py); a table
+with `start` first evaluates the initial model there (`--until_step=0`). Writes
+experiments/results/NAME.{json,md}: the rows run replace theirs, other rows and the md's
+notes stay. A named table (experiments/default_*.py, paper_presets.py) fixes the config (or
+varies it as the field `config`), the values, the columns and the goal; its --vary restricts
+the values.
 """
 
 import dataclasses
@@ -24,36 +25,28 @@ from collections.abc import Callable
 from absl import app, flags
 
 from attention_lab import cli
-from experiments import runs
+from experiments import measure, runs
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-  """A sweep with its results file: `columns` are (header, key, format) with keys of the
-  `Final:` line or of the row (wall_s, cpu_s, steps, load, goal_met)."""
+  """A sweep with its results file. `columns`: (header, key, format), the key one of the
+  final metrics or of the row (steps, and what `derive` adds)."""
   name: str
   title: str
-  config: str
+  config: str | None  # None: each row's `config` value
   vary: dict[str, tuple[str, ...]]
   columns: tuple[tuple[str, str, str], ...] = ()
   about: str = ""
   goal: Callable[[dict], bool] | None = None  # (row) -> met
+  goal_header: str = "goal met"
   picture: str = ""  # a glob under the workdir's images/: its last file goes to results/
   appendix: Callable[[], tuple[list[str], dict]] | None = None  # (md lines, json fields)
-
-
-TIME_COLUMNS = (("wall s", "wall_s", "{:.0f}"), ("CPU s", "cpu_s", "{:.0f}"),
-                ("1-min load before → after", "load", ""))
-
-
-def _tables() -> dict[str, Table]:
-  # pylint: disable=g-import-not-at-top
-  from experiments import (default_detection, default_operators, default_restoration,
-                           default_segmentation)
-  return {t.name: t for t in (default_operators.TABLE, default_segmentation.TABLE,
-                              default_restoration.TABLE, default_detection.TABLE)}
+  start: bool = False  # evaluate the initial model first: row["untrained"]
+  extra: Callable[[str, pathlib.Path], list[str]] | None = None  # (config, root) -> overrides
+  derive: Callable[[dict], dict] | None = None  # (row) -> fields added to it
 
 
 def define_flags() -> None:
@@ -61,47 +54,37 @@ def define_flags() -> None:
   cli.define_once(flags.DEFINE_string, "config", None, "configs/X.py[:preset] to sweep.")
   flags.DEFINE_multi_string("vary", [], "FIELD=V1,V2,...: the values of a config field.")
   flags.DEFINE_multi_string("set", [], "FIELD=VALUE: an override of every run.")
-  flags.DEFINE_string("table", None, "A named table (experiments/default_*.py).")
   flags.DEFINE_string("name", None, "Results file stem (default: sweep_<config>).")
   flags.DEFINE_string("workdir_root", "/tmp/sweeps", "Parent of the workdirs.")
   flags.DEFINE_bool("table_only", False, "Rewrite the results from the JSON only.")
-
-
-def parse_assignment(text: str, flag: str) -> tuple[str, str]:
-  field, sep, value = text.partition("=")
-  if not sep or not field or not value:
-    cli.fail(f"--{flag}={text!r}: expected FIELD=VALUE (e.g. model.attention=softmax)")
-  return field, value
-
-
-def check_fields(config_spec: str, fields) -> None:
-  """One line naming the field when `config_spec` does not load or lacks a field."""
-  try:
-    config = cli.load_config(config_spec)
-    cli._check_overrides(config, [f"--config.{f}=" for f in fields])  # pylint: disable=protected-access
-  except cli.ConfigError as e:
-    cli.fail(str(e))
-
-
-def combinations(vary: dict[str, tuple[str, ...]]) -> list[dict[str, str]]:
-  return [dict(zip(vary, values)) for values in itertools.product(*vary.values())]
 
 
 def _key(values: dict) -> str:
   return ",".join(f"{k}={v}" for k, v in values.items())
 
 
+def combinations(vary: dict[str, tuple[str, ...]]) -> list[dict[str, str]]:
+  return [dict(zip(vary, values)) for values in itertools.product(*vary.values())]
+
+
 def run_row(table: Table, values: dict, fixed: list[str], root: pathlib.Path) -> dict:
-  """Trains one combination; its row (Run record, steps, goal)."""
+  """Runs one combination (its initial evaluation first if `table.start`); its row."""
+  config = values.get("config", table.config)
   workdir = root / table.name / runs.slug(_key(values) or "base")
-  overrides = [f"{k}={v}" for k, v in values.items()] + fixed
-  run = runs.train(table.config, overrides, workdir=workdir, log=workdir.parent /
-                   f"{workdir.name}.log")
+  overrides = [f"{k}={v}" for k, v in values.items() if k != "config"] + fixed
+  overrides += table.extra(config, root) if table.extra else []
+  log = workdir.parent / f"{workdir.name}.log"
+  row = {"values": values, "overrides": fixed}
+  if table.start:
+    first = runs.untrained(config, overrides, workdir=workdir, log=log.with_suffix(".0.log"))
+    row["untrained"] = {"final": first.final, "wall_s": first.wall_s}
+  run = first if table.start and first.returncode else runs.train(
+      config, overrides, workdir=workdir, fresh=not table.start, log=log)
   saved = workdir / "config.json"
-  steps = json.loads(saved.read_text()).get("num_train_steps") if saved.exists() else None
-  row = {"values": values, "overrides": fixed, "steps": steps, **run.record(),
-         "error": run.error}
-  row["goal_met"] = bool(table.goal(row)) if table.goal and not run.returncode else None
+  row.update(steps=json.loads(saved.read_text()).get("num_train_steps") if saved.exists()
+             else None, **run.record(), error=run.error)
+  row.update(table.derive(row) if table.derive else {})
+  row["goal_met"] = bool(table.goal(row)) if table.goal and not row["error"] else None
   pictures = sorted((workdir / "images").glob(table.picture)) if table.picture else []
   if pictures:
     shutil.copy(pictures[-1], RESULTS / f"{table.name}_{'_'.join(values.values())}.png")
@@ -110,8 +93,8 @@ def run_row(table: Table, values: dict, fixed: list[str], root: pathlib.Path) ->
 
 def _cell(row: dict, key: str, fmt: str) -> str:
   if key == "load":
-    return f"{row['load_before']:.1f} → {row['load_after']:.1f}" if row.get(
-        "load_before") is not None else "—"
+    return ("—" if row.get("load_before") is None else
+            f"{row['load_before']:.1f} → {row['load_after']:.1f}")
   if key == "goal_met":
     return {True: "yes", False: "**no**"}.get(row.get("goal_met"), "—")
   value = row.get(key, row.get("final", {}).get(key))
@@ -119,18 +102,21 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 
 
 def markdown(table: Table, rows: list[dict], machine: str, appendix: list[str]) -> str:
-  metrics = table.columns or tuple(
-      (k[len("eval_"):], k, "{:.4f}") for k in sorted({k for r in rows for k in r["final"]
-                                                      if k.startswith("eval_")}))
-  tail = (*TIME_COLUMNS, *((("goal met", "goal_met", ""),) if table.goal else ()))
-  vary = ", ".join(f"`--config.{k}={'|'.join(v)}`" for k, v in table.vary.items())
-  lines = [f"# {table.title}", "",
-           *([table.about, ""] if table.about else []),
-           f"Machine: {machine}. Each row: `python -m attention_lab.main "
-           f"--config={table.config}` with {vary} in a fresh workdir; wall = the process "
-           "end to end (start-up, data, compilation, training, evaluation), CPU = user + "
-           "system time of all its threads (on a shared machine the wall time grows, the "
-           "CPU time much less).", "",
+  metrics = table.columns or tuple((k[len("eval_"):], k, "{:.4f}") for k in sorted(
+      {k for r in rows for k in r["final"] if k.startswith("eval_")}))
+  tail = (("wall s", "wall_s", "{:.0f}"), ("CPU s", "cpu_s", "{:.0f}"),
+          ("1-min load before → after", "load", ""),
+          *(((table.goal_header, "goal_met", ""),) if table.goal else ()))
+  vary = ", ".join(f"`--config.{k}={'|'.join(v)}`" for k, v in table.vary.items()
+                   if k != "config") or "no overrides"
+  lines = [f"# {table.title}", "", *([table.about, ""] if table.about else []),
+           f"Machine: {machine}. Each row: `python -m attention_lab.main --config="
+           f"{table.config or '<config>'}` with {vary} in a fresh workdir"
+           + (", after `--until_step=0` there (start: the evaluation of the initial model)"
+              if table.start else "") +
+           "; wall = the process end to end (start-up, data, compilation, training, "
+           "evaluation), CPU = user + system time of all its threads (on a shared machine the "
+           "wall time grows, the CPU time much less).", "",
            "| " + " | ".join([*table.vary, *(c[0] for c in metrics + tail)]) + " |",
            "|" + "---|" * (len(table.vary) + len(metrics) + len(tail))]
   for r in rows:
@@ -143,79 +129,71 @@ def markdown(table: Table, rows: list[dict], machine: str, appendix: list[str]) 
   return "\n".join(lines + [""] + appendix).rstrip() + "\n"
 
 
-def write(table: Table, rows: list[dict], extra: dict | None = None,
-          appendix: list[str] | None = None) -> None:
-  """results/NAME.json ({rows, ...extra}) and NAME.md, keeping the md's notes."""
-  from experiments import measure  # pylint: disable=g-import-not-at-top
-  rank = {_key(v): i for i, v in enumerate(combinations(table.vary))}
-  rows = sorted(rows, key=lambda r: rank.get(_key(r["values"]), len(rank)))
-  extra = extra or {}
-  measure.write(RESULTS, table.name, {"rows": rows, **extra},
-                markdown(table, rows, extra.get("machine", "not recorded"), appendix or []))
-
-
 def sweep(table: Table, only: dict[str, tuple[str, ...]], fixed: list[str],
           root: pathlib.Path, table_only: bool = False) -> list[dict]:
   """Runs the combinations of `table.vary` restricted to `only`; writes after each row."""
-  path = RESULTS / f"{table.name}.json"
-  previous = json.loads(path.read_text()) if path.exists() else {}
-  rows = {_key(r["values"]): r for r in previous.get("rows", [])}
-  extra = {k: v for k, v in previous.items() if k != "rows"}
-  appendix = []
-  if table.appendix:
-    appendix, fields = table.appendix()
-    extra.update(fields)
+  path, rank = RESULTS / f"{table.name}.json", {_key(v): i for i, v in
+                                                 enumerate(combinations(table.vary))}
+  extra = json.loads(path.read_text()) if path.exists() else {}
+  rows = {_key(r["values"]): r for r in extra.pop("rows", [])}
+  appendix, fields = table.appendix() if table.appendix else ([], {})
+  extra.update(fields)
+
+  def write():
+    ordered = sorted(rows.values(), key=lambda r: rank.get(_key(r["values"]), len(rank)))
+    measure.write(RESULTS, table.name, {"rows": ordered, **extra}, markdown(
+        table, ordered, extra.get("machine", "not recorded"), appendix))
+
   if not table_only:
-    from experiments import measure  # pylint: disable=g-import-not-at-top
     extra["machine"] = measure.machine_line()
     for values in combinations({k: only.get(k, v) for k, v in table.vary.items()}):
-      rows[_key(values)] = run_row(table, values, fixed, root)
-      print(json.dumps({k: rows[_key(values)][k] for k in ("values", "final", "wall_s",
-                                                           "cpu_s", "error")}), flush=True)
-      write(table, list(rows.values()), extra, appendix)
-  write(table, list(rows.values()), extra, appendix)
+      rows[_key(values)] = row = run_row(table, values, fixed, root)
+      print(json.dumps({k: row[k] for k in ("values", "final", "wall_s", "cpu_s", "error")}),
+            flush=True)
+      write()
+  write()
   return list(rows.values())
 
 
-def main(argv):
+def _assignment(text: str, flag: str) -> tuple[str, str]:
+  field, sep, value = text.partition("=")
+  if not sep or not field or not value:
+    cli.fail(f"--{flag}={text!r}: expected FIELD=VALUE (e.g. model.attention=softmax)")
+  return field, value
+
+
+def main(argv, table: Table | None = None):
   opts = flags.FLAGS
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}; see --help")
-  vary = {}
-  for text in opts.vary:
-    field, values = parse_assignment(text, "vary")
-    vary[field] = tuple(values.split(","))
-  fixed = ["=".join(parse_assignment(t, "set")) for t in opts.set]
-  if opts.table:
+  vary = {f: tuple(v.split(",")) for f, v in (_assignment(t, "vary") for t in opts.vary)}
+  fixed = ["=".join(_assignment(t, "set")) for t in opts.set]
+  if table:
     if opts.config:
-      cli.fail("--table fixes the config; give --table or --config, not both")
-    tables = _tables()
-    if opts.table not in tables:
-      cli.fail(f"--table={opts.table!r}: expected one of {sorted(tables)}")
-    table = tables[opts.table]
+      cli.fail(f"{table.name} fixes the config; --config is not allowed")
     for field, values in vary.items():
-      unknown = set(values) - set(table.vary.get(field, ()))
-      if field not in table.vary or unknown:
+      if field not in table.vary or set(values) - set(table.vary[field]):
         cli.fail(f"--vary={field}={','.join(values)}: table {table.name} varies "
                  + ", ".join(f"{k} over {','.join(v)}" for k, v in table.vary.items()))
+  elif not opts.config or not vary:
+    cli.fail("give --config=configs/X.py[:preset] and at least one --vary=FIELD=V1,V2")
   else:
-    if not opts.config or not vary:
-      cli.fail("give --config=configs/X.py[:preset] and at least one --vary=FIELD=V1,V2 "
-               "(or --table=NAME)")
     stem = opts.config.replace("configs/", "").replace(".py", "")
     table = Table(name=opts.name or f"sweep_{runs.slug(stem)}",
                   title=f"Sweep of `{opts.config}`", config=opts.config, vary=vary)
-  check_fields(table.config, [*table.vary, *(o.split("=")[0] for o in fixed)])
-  sweep(table, vary if opts.table else {}, fixed, pathlib.Path(opts.workdir_root),
-        opts.table_only)
+  try:  # one line naming the field when the config does not load or lacks a field
+    cli._check_overrides(cli.load_config(table.config), [  # pylint: disable=protected-access
+        f"--config.{f.split('=')[0]}=" for f in [*table.vary, *fixed]])
+  except cli.ConfigError as e:
+    cli.fail(str(e))
+  sweep(table, vary, fixed, pathlib.Path(opts.workdir_root), opts.table_only)
   print((RESULTS / f"{table.name}.md").read_text())
 
 
-def main_for(table_name: str) -> None:
+def main_for(table: Table) -> None:
   """`python -m experiments.<table>`: the sweep of that table, with sweep's flags."""
   define_flags()
-  sys.argv = [sys.argv[0], f"--table={table_name}", *sys.argv[1:]]
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(lambda argv: main(argv, table), flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,14 @@
-"""The entry point's process set-up: on the CPU, a step's freed temporaries stay in the
-process instead of being unmapped and faulted in again at the next step."""
+"""The entry point: on the CPU, a step's freed temporaries stay in the process instead of
+being unmapped and faulted in again at the next step; --until_step and --json."""
 
+import json
 import pathlib
 import subprocess
 import sys
+
+from clu import metric_writers
+
+from attention_lab import main
 
 REPO = pathlib.Path(__file__).parents[1]
 
@@ -41,3 +46,31 @@ def test_cpu_steps_reuse_their_freed_temporaries():
   a run can fault none."""
   assert _fewest_faults_of_a_run("default") > 8000
   assert _fewest_faults_of_a_run("keep") < 100
+
+
+def test_until_step_0_evaluates_the_initial_model_and_writes_the_final_line_as_json(tmp_path):
+  """The start of a learning curve: no step, the evaluation of the initial weights, and the
+  JSON holds the Final: line's metrics at full precision."""
+  done = subprocess.run(
+      [sys.executable, "-m", "attention_lab.main", "--config=configs/default.py:tiny",
+       f"--workdir={tmp_path / 'w'}", "--until_step=0", f"--json={tmp_path / 'final.json'}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  line = [l for l in done.stdout.splitlines() if l.startswith("Final: ")][-1]
+  printed = dict(item.split("=") for item in line[len("Final: "):].split(", "))
+  final = json.loads((tmp_path / "final.json").read_text())
+  assert set(final) == set(printed) and "eval_top1" in final
+  assert "examples_per_second" not in final  # no step was timed
+  for key, value in final.items():
+    assert f"{value:.4f}" == printed[key]
+  assert not list((tmp_path / "w" / "checkpoints").glob("[0-9]*"))
+
+
+def test_the_json_adds_the_median_of_each_perf_scalar(tmp_path):
+  writer = metric_writers.create_default_writer(str(tmp_path), just_logging=False)
+  for step, speed in ((2, 10.0), (4, 30.0), (6, 14.0)):
+    writer.write_scalars(step, {"perf/examples_per_second": speed, "train_loss": 1.0})
+  writer.close()
+  main.write_final(str(tmp_path / "final.json"), {"eval_top1": 0.5}, str(tmp_path))
+  assert json.loads((tmp_path / "final.json").read_text()) == {
+      "eval_top1": 0.5, "perf/examples_per_second": 14.0}

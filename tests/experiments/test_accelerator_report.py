@@ -1,17 +1,14 @@
 """experiments.accelerator_report: its plan covers every part with valid commands, and a
 report writes the summary, the tables' links and the runs' speed.
 
-The parts' processes are stood in for by what those commands write (the trainer's perf/
-scalars and config.json: tests/train/test_perf.py; the efficiency tables' md / json:
+The parts' processes are stood in for by what those commands write (main's --json and
+config.json: tests/test_main.py, tests/train/test_perf.py; the efficiency tables' md / json:
 tests/experiments/test_efficiency.py), so the report itself runs in about a second."""
 
 import json
 import pathlib
 import subprocess
 import sys
-
-from tensorboard.compat.proto import event_pb2, summary_pb2
-from tensorboard.summary.writer import record_writer
 
 from attention_lab import cli
 from experiments import accelerator_report as report
@@ -57,25 +54,18 @@ def test_a_cpu_without_smoke_is_refused_in_one_line():
   assert "Traceback" not in done.stderr
 
 
-def _scalar_event(step: int, tag: str, value: float) -> event_pb2.Event:
-  return event_pb2.Event(step=step, summary=summary_pb2.Summary(
-      value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
-
-
-def _fake_process(module, args, *, log=None):
+def _fake_process(module, args, *, log=None, final=None):
   """What the part's command writes, without running it."""
   flags = dict(a[2:].split("=", 1) for a in args)
   if module == "attention_lab.main":
     workdir = pathlib.Path(flags["workdir"])
     workdir.mkdir(parents=True)
     (workdir / "config.json").write_text(json.dumps({"batch_size": 8, "num_train_steps": 4}))
-    with open(workdir / "events.out.tfevents.0.host", "wb") as f:  # TFRecords, as TF writes
-      writer = record_writer.RecordWriter(f)
-      for step, speed in ((2, 10.0), (4, 14.0)):
-        for tag, value in (("perf/examples_per_second", speed),
-                           ("perf/examples_per_second_per_device", speed / 8),
-                           ("perf/step_seconds", 8 / speed), ("perf/tflops_per_device", 1e-3)):
-          writer.write(_scalar_event(step, tag, value).SerializeToString())
+    # As main's --json: the final metrics and the perf/ scalars' medians.
+    pathlib.Path(flags["json"]).write_text(json.dumps({
+        "eval_top1": 0.5, "examples_per_second": 12.0, "perf/examples_per_second": 12.0,
+        "perf/examples_per_second_per_device": 1.5, "perf/step_seconds": 0.67,
+        "perf/tflops_per_device": 1e-3}))
     output = "step 4/4\nFinal: eval_top1=0.5000, examples_per_second=12.0000\n"
   else:
     stem = pathlib.Path(flags["config"].split(":")[0]).stem
@@ -88,7 +78,7 @@ def _fake_process(module, args, *, log=None):
   log.parent.mkdir(parents=True, exist_ok=True)
   log.write_text(output)
   return runs.Run([sys.executable, "-m", module, *args], 0, 1.0, 1.0, 0.0, 0.0,
-                  runs.parse_final(output), output)
+                  json.loads(final.read_text()) if final else {}, output)
 
 
 def test_a_report_writes_the_summary_tables_and_run_speed(tmp_path, monkeypatch):
@@ -102,17 +92,10 @@ def test_a_report_writes_the_summary_tables_and_run_speed(tmp_path, monkeypatch)
   data = json.loads((tmp_path / "report.json").read_text())
   assert [p["name"] for p in data["parts"]] == ["aa_table9", "default"]
   run = data["runs"]["default"]
-  # The run's perf/ scalars (medians) and its Final line are both read.
-  assert run["examples_per_second"] == 12.0 and run["final_examples_per_second"] == 12.0
+  # The medians of the run's perf/ scalars, from its --json.
+  assert run["examples_per_second"] == 12.0
   assert run["tflops_per_device"] > 0 and run["mfu"] is None  # no MFU on a CPU
   assert run["batch"] == 8 and run["steps"] == 4
   text = (tmp_path / "README.md").read_text()
   assert "| aa_table9 |" in text and "(tables/aa_table9.md)" in text
   assert "| default |" in text and "None on this device" in text
-
-
-def test_read_perf_tolerates_a_run_without_perf_scalars(tmp_path):
-  assert report.read_perf(tmp_path) == {}
-  assert runs.parse_final("no final line") == {}
-  assert runs.parse_final("step 2/4 ...\nFinal: eval_top1=0.5000, examples_per_second=12.5000\n"
-                          ) == {"eval_top1": 0.5, "examples_per_second": 12.5}
