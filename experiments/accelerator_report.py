@@ -1,19 +1,16 @@
-"""One command for an accelerator: every efficiency table, the relative-attention comparison,
+"""One command for an accelerator: every efficiency table, the relative-attention comparison
 and a short run of each default experiment, on the GPU or TPU present.
 
   python -m experiments.accelerator_report [--out=DIR] [--smoke] [--parts=NAME,...]
 
-Each part is its own process (experiments/runs.py; a failure stops only its part): the
-efficiency tables (`python -m experiments.efficiency`: SAO Table 2 and KAO Table 1 in float32
-and bfloat16, with the device's fused regular attention beside XLA's; Ham Table 3; Refined-SA
-Tables 2-3; AA Table 9; SAO Table 5 at the paper's batch in float32 and bfloat16; the
-performance goals), the relative-attention comparison (`python -m experiments.relative_timm`)
-and each default experiment (`python -m attention_lab.main`) at accelerator size, with the
-medians of its perf/ scalars (examples/s, TFLOP/s per device, MFU) from its `--json`.
-Writes under experiments/results/<device kind>/ (or --out): README.md (device, driver and
-library versions, each part's status and time, the runs' speed), environment.json,
-report.json, tables/, relative/, runs/<experiment>/ and logs/<part>.log. --smoke runs every
-part at its `:tiny` preset on any device (the CPU included); without it a CPU is refused.
+Each part is its own process (experiments/runs.py; a failure stops only its part):
+`experiments.efficiency` per table (SAO T2 / KAO T1 in float32 and bfloat16 with the device's
+fused attention beside XLA's, Ham T3, Refined-SA T2-3, AA T9, SAO T5 at the paper's batch in
+float32 and bfloat16, the performance goals), `experiments.relative_timm`, and
+`attention_lab.main` per default experiment at accelerator size (its perf/ medians from
+`--json`). Writes under experiments/results/<device kind>/ (or --out): README.md (device,
+versions, each part's status and links, the runs' speed), environment.json, report.json,
+tables/, relative/, runs/ and logs/. --smoke: every part at its `:tiny` preset, on any device.
 """
 
 import collections
@@ -45,31 +42,24 @@ RUNS = {"default": ("configs/default.py", 1024),
         "detection": ("configs/detection/default.py", 128)}
 PERF = ("examples_per_second", "examples_per_second_per_device", "step_seconds",
         "tflops_per_device", "mfu")
-Part = collections.namedtuple("Part", "name kind module config overrides what")
+Part = collections.namedtuple("Part", "name kind module config overrides")
 
 
 def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
   """Every part, in order (the goals table reads SAO / KAO's json); a table's part is named
   as its files: <table>[_bfloat16]."""
-  tiny, bf16 = (":tiny" if smoke else ""), ("--config.dtype=bfloat16",)
-  paper_batch = () if smoke else ("--config.time_batch=128",)  # 128 images of 224²
-  tables = [(f"{c}{'_bfloat16' * bool(o)}", c, f"{w}, {'bfloat16' if o else 'float32'}", o)
-            for c, w in (("sao_table2", "SAO Table 2: operators, batch 1"),
-                         ("kao_table1", "KAO Table 1: operators, batch 8")) for o in ((), bf16)]
-  tables += [("ham_table3", "ham_table3", "Ham Table 3: SA, A², Ham (CD, NMF) modules", ()),
-             ("isa_tables", "isa_tables", "Refined-SA Tables 2-3: SAGAN, ISAGAN, SGAN", ()),
-             ("aa_table9", "aa_table9", "AA Table 9: attention-map memory of AA-ResNet-50", ())]
-  tables += [(f"sao_table5{'_bfloat16' * bool(o)}", "sao_table5", "SAO Table 5: whole-network "
-              f"train steps, {'bfloat16' if o else 'float32'}", (*o, *paper_batch))
-             for o in ((), bf16)]
-  tables += [("performance_goals", "performance_goals",
-              "Performance goals, incl. Ham NMF against the official PyTorch NMF2D", ())]
-  parts = [Part(n, "table", "experiments.efficiency", f"configs/efficiency/{c}.py{tiny}",
-                (f"--config.out_dir={out / 'tables'}", *o), w) for n, c, w, o in tables]
+  tiny, bf16 = (":tiny" if smoke else ""), "--config.dtype=bfloat16"
+  paper_batch = () if smoke else ("--config.time_batch=128",)  # SAO T5: 128 images of 224²
+  tables = [("sao_table2", ()), ("sao_table2", (bf16,)), ("kao_table1", ()),
+            ("kao_table1", (bf16,)), ("ham_table3", ()), ("isa_tables", ()), ("aa_table9", ()),
+            ("sao_table5", paper_batch), ("sao_table5", (bf16, *paper_batch)),
+            ("performance_goals", ())]
+  parts = [Part(c + "_bfloat16" * (bf16 in o), "table", "experiments.efficiency",
+                f"configs/efficiency/{c}.py{tiny}", (f"--config.out_dir={out / 'tables'}", *o))
+           for c, o in tables]
   parts.append(Part("relative_timm", "relative", "experiments.relative_timm",
                     f"configs/efficiency/relative_timm.py{tiny}",
-                    (f"--config.out_dir={out / 'relative'}",),
-                    "2D relative attention beside timm's BottleneckAttn"))
+                    (f"--config.out_dir={out / 'relative'}",)))
   for name, (config, batch) in RUNS.items():
     workdir = out / "runs" / name
     overrides = [f"--workdir={workdir}", f"--json={workdir / 'final.json'}"]
@@ -79,8 +69,7 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
                     f"--config.checkpoint_every_steps={RUN_STEPS}"]
       if name == "gan":  # its FID features come from the default experiment's classifier
         overrides.append(f"--config.eval.classifier_workdir={out / 'runs' / 'default'}")
-    parts.append(Part(name, "run", "attention_lab.main", f"{config}{tiny}", tuple(overrides),
-                      f"default experiment {config}"))
+    parts.append(Part(name, "run", "attention_lab.main", f"{config}{tiny}", tuple(overrides)))
   return parts
 
 
@@ -122,7 +111,7 @@ def run_part(part: Part, out: pathlib.Path) -> dict:
                         final=final)
   print(f"[{part.name}] {'ok' if not run.returncode else f'FAILED (exit {run.returncode})'} "
         f"in {run.wall_s:.1f} s", flush=True)
-  status = {"name": part.name, "kind": part.kind, "what": part.what, "command": run.command,
+  status = {"name": part.name, "kind": part.kind, "command": run.command,
             "returncode": run.returncode, "seconds": run.wall_s,
             "log": str(log.relative_to(out)), "error": run.error, "final": run.final}
   if final:
@@ -145,7 +134,7 @@ def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: 
       f"{env['process_count']} process(es); host {env['host']}. Libraries: {versions}. Command: "
       f"`python -m experiments.accelerator_report{' --smoke' if smoke else ''}`.", "",
       "```", env["jax_environment"].strip(), "```", "", "## Parts", "",
-      "| part | what | status | seconds | results |", "|---|---|---|---|---|"]
+      "| part | status | seconds | results |", "|---|---|---|---|"]
   for s in statuses:
     files = {"table": [out / "tables" / f"{s['name']}.{e}" for e in ("md", "json")],
              "relative": [out / "relative" / "relative_timm.md"],
@@ -153,7 +142,7 @@ def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: 
     links = [f"[{p.name}]({p.relative_to(out)})" for p in files if p.exists()]
     links.append(f"[log]({s['log']})")
     state = "ok" if not s["returncode"] else f"**failed** (exit {s['returncode']}): `{s['error']}`"
-    lines.append(f"| {s['name']} | {s['what']} | {state} | {s['seconds']:.1f} | "
+    lines.append(f"| {s['name']} | {state} | {s['seconds']:.1f} | "
                  f"{', '.join(links)} |")
   lines += ["", "## Default experiments at accelerator size", "",
             "Medians over the run's log steps of its `perf/` scalars (compilation excluded); "
@@ -167,16 +156,12 @@ def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: 
                  f"{f(r['examples_per_second_per_device'], '.1f')} | "
                  f"{f(r['step_seconds'] and 1e3 * r['step_seconds'], '.2f')} | "
                  f"{f(r['tflops_per_device'])} | {f(r['mfu'] and 100 * r['mfu'], '.1f')} |")
-  fused = [f"| {p.stem} | {r['size']} | {r['label']} | " + (
-      f"{1e3 * r['time_s']:.3f} ms (XLA {1e3 * r['xla_attn_time_s']:.3f} ms)" if r.get("time_s")
-      else f"not run: {r['reason']}") + " |" for p in sorted((out / "tables").glob("*_table*.json"))
-           for r in json.loads(p.read_text()).get("fused") or []]
-  lines += ["", "## Fused regular attention (the strongest regular-attention baseline)", ""]
-  lines += (["The operator tables time the device's fused kernel beside XLA's regular "
-             "attention (`experiments/efficiency_fused.py` states the kernels' rules).", "",
-             "| table | input | kernel | time |", "|---|---|---|---|", *fused] if fused else
-            ["None on this device (cuDNN flash attention needs a GPU, the Pallas flash "
-             "kernel a TPU): the tables compare against XLA's regular attention only."])
+  fused = [f"[{p.stem}](tables/{p.stem}.md)" for p in sorted((out / "tables").glob("*.json"))
+           if json.loads(p.read_text() or "{}").get("fused")]
+  lines += ["", "Fused regular attention (cuDNN on a GPU, Pallas on a TPU), timed beside XLA's "
+            "regular attention, with the speed-ups against the faster of the two: " + (
+                ", ".join(fused) if fused else "None on this device; the tables compare "
+                "against XLA's regular attention only.")]
   return "\n".join(lines) + "\n"
 
 

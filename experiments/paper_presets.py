@@ -1,12 +1,9 @@
-"""Does every paper config learn? Its `:cpu` preset's headline metric before the first step
-and after the last, against a threshold per task family.
+"""Does every paper config learn? Its `:cpu` preset's headline metric at step 0 and after
+training (one workdir), against a threshold per task family: the sweep of experiments/sweep.py
+over the presets → experiments/results/paper_presets.{md,json}.
 
   python -m experiments.paper_presets [--presets=configs/aa/coco_retinanet.py:cpu,...]
-      [--workdir_root=/tmp/paper_presets]
-  python -m experiments.paper_presets --presets=   # rewrites the markdown from the json
-
-The sweep of experiments/sweep.py over the presets, each evaluated at step 0 and trained in
-one fresh workdir → experiments/results/paper_presets.{md,json}.
+      [--workdir_root=/tmp/paper_presets]   # --presets= rewrites the md from the json
 """
 
 import re

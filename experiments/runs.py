@@ -1,10 +1,7 @@
-"""A config as its own process: `python -m attention_lab.main --config=SPEC --workdir=DIR
---json=DIR/final.json --config.<key>=<value>...`, timed; its metrics read from that JSON.
-
-A `Run` holds the final metrics (main's `--json`: the Final: line's, each perf/ scalar's
-median), the wall time end to end (start-up, data, compilation, training, evaluation), the
-CPU time of the process and its threads (user + system; on a shared machine the wall time
-grows, the CPU time much less) and the 1-minute load average before and after.
+"""A config as its own process, timed: `python -m attention_lab.main --config=SPEC
+--workdir=DIR --json=DIR/final.json --config.<key>=<value>...`; its metrics from that JSON
+(the final line's and each perf/ scalar's median). Wall time: the process end to end; CPU
+time: user + system of all its threads (on a shared machine it grows far less than the wall).
 """
 
 import dataclasses

@@ -1,17 +1,12 @@
 """Trains a config once per combination of field values; tabulates each run's final metrics,
-wall and CPU time.
+wall and CPU time (experiments/runs.py) → experiments/results/NAME.{json,md}.
 
   python -m experiments.sweep --config=configs/X.py[:preset] --vary=model.attention=a,b,c
-      [--vary=FIELD=V1,V2 ...] [--set=FIELD=VALUE ...] [--name=NAME]
-      [--workdir_root=/tmp/sweeps] [--table_only]
+      [--vary=FIELD=V1,V2 ...] [--set=FIELD=VALUE ...] [--name=NAME] [--table_only]
   python -m experiments.default_operators [--vary=model.attention=none] [--set=...]
 
-Each run is `python -m attention_lab.main` in a fresh workdir (experiments/runs.py); a table
-with `start` first evaluates the initial model there (`--until_step=0`). Writes
-experiments/results/NAME.{json,md}: the rows run replace theirs, other rows and the md's
-notes stay. A named table (experiments/default_*.py, paper_presets.py) fixes the config (or
-varies it as the field `config`), the values, the columns and the goal; its --vary restricts
-the values.
+Rows run replace theirs; other rows and the md's notes stay. A named `Table` (default_*.py,
+paper_presets.py) fixes the config (or varies it as `config`), values, columns and goal.
 """
 
 import dataclasses
@@ -19,7 +14,6 @@ import itertools
 import json
 import pathlib
 import shutil
-import sys
 from collections.abc import Callable
 
 from absl import app, flags
@@ -163,30 +157,25 @@ def _assignment(text: str, flag: str) -> tuple[str, str]:
 
 
 def main(argv, table: Table | None = None):
-  opts = flags.FLAGS
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments {argv[1:]}; see --help")
-  vary = {f: tuple(v.split(",")) for f, v in (_assignment(t, "vary") for t in opts.vary)}
-  fixed = ["=".join(_assignment(t, "set")) for t in opts.set]
-  if table:
-    if opts.config:
-      cli.fail(f"{table.name} fixes the config; --config is not allowed")
-    for field, values in vary.items():
-      if field not in table.vary or set(values) - set(table.vary[field]):
-        cli.fail(f"--vary={field}={','.join(values)}: table {table.name} varies "
-                 + ", ".join(f"{k} over {','.join(v)}" for k, v in table.vary.items()))
-  elif not opts.config or not vary:
+  o = flags.FLAGS
+  if len(argv) > 1 or (table and o.config):
+    cli.fail(f"unexpected arguments {argv[1:] or ['--config']}; see --help")
+  vary = {f: tuple(v.split(",")) for f, v in (_assignment(t, "vary") for t in o.vary)}
+  fixed = ["=".join(_assignment(t, "set")) for t in o.set]
+  if not table and not (o.config and vary):
     cli.fail("give --config=configs/X.py[:preset] and at least one --vary=FIELD=V1,V2")
-  else:
-    stem = opts.config.replace("configs/", "").replace(".py", "")
-    table = Table(name=opts.name or f"sweep_{runs.slug(stem)}",
-                  title=f"Sweep of `{opts.config}`", config=opts.config, vary=vary)
+  stem = runs.slug((o.config or "").removeprefix("configs/").replace(".py", ""))
+  table = table or Table(o.name or f"sweep_{stem}", f"Sweep of `{o.config}`", o.config, vary)
+  for field, values in vary.items():
+    if set(values) - set(table.vary.get(field, ())):
+      cli.fail(f"--vary={field}={','.join(values)}: table {table.name} varies "
+               + ", ".join(f"{k} over {','.join(v)}" for k, v in table.vary.items()))
   try:  # one line naming the field when the config does not load or lacks a field
     cli._check_overrides(cli.load_config(table.config), [  # pylint: disable=protected-access
         f"--config.{f.split('=')[0]}=" for f in [*table.vary, *fixed]])
   except cli.ConfigError as e:
     cli.fail(str(e))
-  sweep(table, vary, fixed, pathlib.Path(opts.workdir_root), opts.table_only)
+  sweep(table, vary, fixed, pathlib.Path(o.workdir_root), o.table_only)
   print((RESULTS / f"{table.name}.md").read_text())
 
 
