@@ -1,27 +1,9 @@
-"""The fastest regular (softmax) attention JAX has on the present accelerator, for the tables.
+"""The fastest regular (softmax) attention JAX has on the present accelerator, and when it applies.
 
-The efficiency tables compare our operators against regular attention; on an
-accelerator XLA's einsum-softmax-einsum is not the strongest form of it. This
-module gives the fused kernel of each platform and the rules of when it applies:
-
-- GPU: cuDNN flash attention, `jax.nn.dot_product_attention(implementation="cudnn")`.
-  Rules (jax/_src/cudnn/fused_attention_stablehlo.py, `check_layout` and
-  `check_is_flash_attention`): q, k, v in float16 or bfloat16; q and k of one
-  head dim, a multiple of 8 and ≤ 128 (≤ 256 on compute capability ≥ 9.0,
-  Hopper); a value head dim unlike q's needs compute capability ≥ 9.0 and
-  cuDNN ≥ 9.10; with a bias, training needs even sequence lengths.
-- TPU: the Pallas flash-attention kernel
-  (`jax.experimental.pallas.ops.tpu.flash_attention`, blocks of 128). Rules:
-  v's head dim equals q's; a head dim above 128 is a multiple of 128; any
-  dtype. Sequence lengths that are not multiples of 128 are padded here and
-  the padding masked off with segment ids (pad keys are never attended by a
-  real query), so every length applies.
-- CPU: no fused kernel; the rows are absent.
-
-`replaced_regular_attention()` swaps `attention_lab.ops.dot_product_attention`'s
-unchunked softmax form for the fused kernel while programs are traced, so that
-modules and whole networks (GlobalAttention, AttnNet) can be measured with it
-without a second implementation of them.
+GPU: cuDNN flash attention (rules of jax/_src/cudnn/fused_attention_stablehlo.py); TPU: the
+Pallas flash kernel, lengths padded to its 128 blocks and masked; CPU: none.
+`replaced_regular_attention()` runs `ops.dot_product_attention`'s softmax form with the kernel
+while programs are traced, so layers and networks are measured with it unchanged.
 """
 
 import contextlib
@@ -37,6 +19,8 @@ from attention_lab.ops import attention as attention_ops
 KERNELS = {"gpu": "cudnn", "tpu": "pallas"}
 LABELS = {"cudnn": "Attn (cuDNN flash)", "pallas": "Attn (Pallas flash)"}
 PALLAS_BLOCK = 128
+NONE_HERE = ("Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none on "
+             "this device")
 
 
 def kernel_for(platform: str | None = None) -> str | None:
@@ -46,11 +30,8 @@ def kernel_for(platform: str | None = None) -> str | None:
 
 
 def kernel_of(config) -> str | None:
-  """The fused regular-attention kernel a table adds ('cudnn' | 'pallas'), or None.
-
-  `config.fused_attention`: "auto" (default: the present GPU's or TPU's; none on
-  a CPU), "none", or a kernel name.
-  """
+  """`config.fused_attention`: "auto" (the present GPU's or TPU's kernel; None on a CPU),
+  "none", or a kernel name."""
   choice = config.get("fused_attention", "auto")
   if choice == "auto":
     return kernel_for()
@@ -62,23 +43,15 @@ def kernel_of(config) -> str | None:
   return choice
 
 
-def _compute_capability() -> tuple[int, int] | None:
-  dev = jax.devices()[0]
-  cc = getattr(dev, "compute_capability", None)
-  return tuple(int(x) for x in cc.split(".")) if cc else None
-
-
 def unsupported_reason(kernel: str, q, k, v, *, bias=None, training: bool = False,
                        compute_capability: tuple[int, int] | None = None) -> str | None:
-  """Why `kernel` cannot run attention on q (B, Nq, H, D), k, v (B, Nk, H, Dv); None if it can.
-
-  One line naming the rule. `compute_capability` defaults to the present GPU's
-  (None off a GPU: the stricter pre-Hopper limits apply).
-  """
+  """Why `kernel` cannot attend q (B, Nq, H, D), k, v (B, Nk, H, Dv): one line naming the rule;
+  None if it can. `compute_capability`: the present GPU's by default (pre-Hopper limits off one)."""
   d, dv = q.shape[-1], v.shape[-1]
   if kernel == "cudnn":
-    cc = compute_capability if compute_capability is not None else (
-        _compute_capability() if jax.default_backend() == "gpu" else None)
+    cc = compute_capability
+    if cc is None and jax.default_backend() == "gpu":
+      cc = tuple(int(x) for x in jax.devices()[0].compute_capability.split("."))
     hopper = cc is not None and tuple(cc) >= (9, 0)
     dtype = jnp.dtype(q.dtype)
     if dtype not in (jnp.float16, jnp.bfloat16):
@@ -108,12 +81,9 @@ def cudnn_attention(q, k, v, *, scale=None, bias=None):
 
 
 def pallas_attention(q, k, v, *, scale=None, bias=None, kernel=None):
-  """The Pallas TPU flash kernel on (B, N, H, D) inputs; lengths padded to 128 and masked.
-
-  `kernel` defaults to `flash_attention.flash_attention`; its reference
-  (`flash_attention.mha_reference`, same signature) runs on any backend.
-  The kernel adds the bias after its own scale, so q is scaled here instead.
-  """
+  """The Pallas TPU flash kernel (`kernel`: or its `mha_reference`, any backend) on (B, N, H, D)
+  inputs, lengths padded to 128 and masked with segment ids; q is scaled here (the kernel adds
+  the bias after its own scale)."""
   from jax.experimental.pallas.ops.tpu import flash_attention as fa  # pylint: disable=g-import-not-at-top
   kernel = kernel or fa.flash_attention
   nq, nk = q.shape[1], k.shape[1]
@@ -144,17 +114,9 @@ def fused_attention(kernel: str):
 
 @contextlib.contextmanager
 def replaced_regular_attention(kernel: str):
-  """While active, `ops.dot_product_attention` runs its softmax form with `kernel`.
-
-  Where the kernel's rules exclude a call's shapes or dtype, tracing raises
-  NotImplementedError with the reason (`unsupported_reason`).
-
-  Only the softmax form is replaced ("mean" is untouched); `query_chunk_size`
-  is ignored, as a flash kernel never forms the (Nq, Nk) logits. The layers
-  keep their own projections, norms and scales. JAX's trace caches
-  are cleared on entry and exit, as a function traced before would keep its
-  cached XLA-attention program.
-  """
+  """While active, `ops.dot_product_attention`'s softmax form runs `kernel` (query chunks are
+  moot: a flash kernel never forms the logits); a call the rules exclude raises
+  NotImplementedError with the reason. Trace caches are cleared on entry and exit."""
   original = ops.dot_product_attention
   attend = fused_attention(kernel)
 

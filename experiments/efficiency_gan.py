@@ -1,57 +1,35 @@
-"""Refined-SA Tables 2-3: SAGAN, ISAGAN and SGAN (generator + discriminator).
-
-Run through `python -m experiments.efficiency --config=configs/efficiency/isa_tables.py`.
-
-- Forward: evaluation-mode D(G(z)) for one batch, reported per batch and scaled
-  to the paper's unit (seconds per 30k images).
-- Backward: one training iteration — the discriminator's hinge loss on a real
-  and a generated batch, then the generator's loss, each differentiated w.r.t.
-  its network's parameters (no optimiser update) — per batch and scaled to the
-  paper's unit (seconds per 10 batches).
-- Largest batch: the training iteration is compiled (never run) at doubling
-  batch sizes; the largest whose XLA memory (temporaries + arguments + outputs)
-  stays within `memory_budget_gib` is reported — the paper's GTX 1080 Ti had
-  11 GB.
-Models: the registry's unconditional `sagan_generator` / `sagan_discriminator`
-(attention_lab/models/sagan.py: SAGAN's residual G and D, spectral norm, the
-context module at 32×32) at `config.image_size`, `config.width` and latent
-`config.z_dim`; the paper's three models differ only there (Refined-SA Sec. 5.2):
-SAGAN "sa", ISAGAN "refined", SGAN "conv" (the attention "replaced by
-convolution layers"). `config.spectral_norm` (default True, SAGAN's) toggles
-spectral normalisation. The paper ran the heykeetae DCGAN-style SAGAN instead
-(attention at 16² and 32² in G, 8² and 4² in D): at width 16 ours matches its
-cost (G + D 0.62 vs 0.64 GMAdd per 64² image) and its 64 channels at the 32²
-attention; at SAGAN's width 64 the convolutions are 14× larger and the
-attention is ~4% of the forward MAdd (SA 8.69G vs refined 8.34G per image).
-"""
+"""Refined-SA Tables 2-3: SAGAN, ISAGAN and SGAN (G + D) — forward and training-iteration time,
+and the largest training batch within a memory budget, by XLA's memory analysis of the compiled
+(never run) iteration on XLA:CPU or, `config.largest_batch`, XLA:GPU for a GPU target config of
+attention_lab/gpu_targets/ (no GPU needed; JAX's CUDA plugin is). The registry's unconditional
+sagan_generator / sagan_discriminator; attention "sa" | "refined" | "conv" (Sec. 5.2)."""
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from flax import nnx
 
 import attention_lab.models.sagan  # noqa: F401  (registers sagan_generator / sagan_discriminator)
-from attention_lab import models
+from attention_lab import devices, models
 from experiments import measure
-from experiments.measure import GIB, MB
+from experiments.measure import GIB, LABELS, MB
 
 ATTENTION = {"sagan": "sa", "isagan": "refined", "sgan": "conv"}
 
 
 def build(config, variant: str, seed: int = 0):
   """(generator, discriminator, source) for "sagan" | "isagan" | "sgan"."""
-  attention = ATTENTION[variant]
-  kw = dict(num_classes=0, attention=attention, resolution=config.image_size,
+  kw = dict(num_classes=0, attention=ATTENTION[variant], resolution=config.image_size,
             width=config.width, spectral_norm=config.get("spectral_norm", True))
-  # unsafe_rbg keys: initial values do not change timings, and their initialisers compile far
-  # faster than threefry's on a small CPU.
+  # unsafe_rbg: initial values do not change the programs, and its initialisers compile fast.
   rngs = lambda s: nnx.Rngs(jax.random.key(s, impl="unsafe_rbg"))
   g = models.create("sagan_generator", rngs=rngs(seed), latent_dim=config.z_dim, **kw)
   d = models.create("sagan_discriminator", rngs=rngs(seed + 1), **kw)
-  return g, d, f"registry sagan_generator / sagan_discriminator (attention={attention!r})"
+  return g, d, f"registry sagan_generator / sagan_discriminator (attention={kw['attention']!r})"
 
 
 def forward_fn(g, d):
-  """(forward(gstate, dstate, z) = D(G(z)) in evaluation mode, (gstate, dstate))."""
+  """(D(G(z)) in evaluation mode as fn(gstate, dstate, z), (gstate, dstate))."""
   generate, gstate = measure.inference_fn(g)
   discriminate, dstate = measure.inference_fn(d)
   return (lambda gs, ds, z: discriminate(ds, generate(gs, z))), (gstate, dstate)
@@ -94,16 +72,23 @@ def inputs(config, batch, abstract=False):
           jax.random.uniform(jax.random.key(1), shapes[1], minval=-1, maxval=1))
 
 
+def _on(device, tree):
+  """Abstract copies of `tree`'s arrays placed on `device` (None: as they are)."""
+  if device is None:
+    return tree
+  sharding = jax.sharding.SingleDeviceSharding(device)
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
 def largest_batch(config, step, state, batch: int, budget_bytes: float, max_batch=None,
-                  place=lambda tree: tree, known=None):
-  """(largest batch within the budget or None, probes): the training iteration compiled
-  (never run) at doubling batches from `batch` until XLA's total exceeds `budget_bytes` (or
-  the batch `max_batch`); `place` gives the abstract arguments their device; `known`:
-  {batch: accounting} already compiled."""
+                  device=None, known=None):
+  """(largest batch within the budget or None, probes): the iteration compiled (for `device`,
+  None: this host) at doubling batches from `batch` until XLA's total exceeds `budget_bytes` or
+  the batch passes `max_batch`; `known`: {batch: accounting} already compiled."""
   largest, probes = None, []
   while max_batch is None or batch <= max_batch:
     acct = (known or {}).get(batch) or measure.compile_fn(
-        step, *place((*state, *inputs(config, batch, abstract=True))))[1]
+        step, *_on(device, (*state, *inputs(config, batch, abstract=True))))[1]
     fits = acct["total_bytes"] <= budget_bytes
     probes.append({"batch": batch, "total_bytes": acct["total_bytes"],
                    "temp_bytes": acct["temp_bytes"], "fits": fits})
@@ -114,17 +99,26 @@ def largest_batch(config, step, state, batch: int, budget_bytes: float, max_batc
   return largest, probes
 
 
+def _target(name: str, budget_gib: float):
+  """(device, budget bytes, compiler) of "cpu" (this host, `budget_gib`) or a GPU target
+  config's compile-only device (its memory as CUDA reports it)."""
+  if name == "cpu":
+    return None, budget_gib * GIB, "XLA:CPU"
+  (device,) = devices.gpu_devices(name)
+  return device, devices.lookup(device.device_kind).memory_bytes, f"XLA:GPU, {device.device_kind}"
+
+
 def run(config) -> dict:
   rows, programs = {}, {}
-  for variant in config.variants:
+  for variant in config.variants if config.get("timed", True) else ():
     g, d, source = build(config, variant)
     z, real = inputs(config, config.batch)
     fwd, fstate = forward_fn(g, d)
-    fwd_compiled, fwd_acct = measure.compile_fn(fwd, *fstate, z)
     step, tstate = train_fn(g, d)
-    step_compiled, step_acct = measure.compile_fn(step, *tstate, z, real)
-    programs[(variant, "forward")] = (fwd_compiled, (*fstate, z))
-    programs[(variant, "train")] = (step_compiled, (*tstate, z, real))
+    compiled_fwd, fwd_acct = measure.compile_fn(fwd, *fstate, z)
+    compiled_step, step_acct = measure.compile_fn(step, *tstate, z, real)
+    programs[(variant, "forward")] = (compiled_fwd, (*fstate, z))
+    programs[(variant, "train")] = (compiled_step, (*tstate, z, real))
     largest, probes = largest_batch(config, step, tstate, config.batch,
                                     config.memory_budget_gib * GIB, config.max_batch,
                                     known={config.batch: step_acct})
@@ -134,61 +128,63 @@ def run(config) -> dict:
         largest_batch=largest, probes=probes,
         madd_forward=measure.madd_of(fwd, *fstate, z) / config.batch,
         paper=dict(config.paper).get(variant))
-  for program in ("forward", "train"):
-    chosen = {k: v for k, v in programs.items() if k[1] == program}
-    for (variant, _), t in measure.time_side_by_side(
-        chosen, config.repeats, config.min_sample_s).items():
-      rows[variant][program]["time_s"] = t["time_s"]
-      rows[variant][program]["time_samples"] = t["samples"]
-  base = rows[config.baseline]
-  for r in rows.values():
-    for program in ("forward", "train"):
-      r[program]["speedup"] = base[program]["time_s"] / r[program]["time_s"]
-    print(r, flush=True)
-  return {"rows": list(rows.values())}
+  measure.time_programs(rows, programs, config)
+  searches = [dict(s) for s in config.get("largest_batch", ())]
+  targets = [_target(s["target"], s.get("budget_gib", 0)) for s in searches]  # fail fast
+  for search, (device, budget, compiler) in zip(searches, targets):
+    sub = ml_collections.ConfigDict({**config.to_dict(), **search})
+    search.update(compiler=compiler, budget_gib=budget / GIB, rows=[])
+    for variant in config.variants:
+      g, d, _ = build(sub, variant)
+      largest, probes = largest_batch(sub, *train_fn(g, d), search["start"], budget,
+                                      device=device)
+      search["rows"].append({"variant": variant, "largest_batch": largest, "probes": probes})
+  return {"rows": list(rows.values()), "largest_batch": searches}
 
 
-def markdown(config, result, machine_line: str) -> str:
-  b = config.batch
-  lines = [
-      f"# {config.title}", "",
-      f"Measured on {machine_line}. Command: `{measure.command_of(config)}`.", "",
-      f"Batch {b}, {config.image_size}×{config.image_size} images, z of {config.z_dim}, width "
-      f"{config.width}, float32. Forward = "
-      "evaluation-mode D(G(z)); backward = one training iteration (D hinge loss on real + "
-      "fake, then G loss; gradients, no optimiser). Times are medians of "
-      f"{config.repeats} interleaved samples, scaled to the paper's units (forward: per 30k "
-      "images = t·30000/batch; backward: per 10 batches = 10·t). Memory: XLA memory_analysis "
-      "of the training iteration (temporaries + arguments + outputs). Largest batch: "
-      f"doubling from {b} while that memory ≤ {config.memory_budget_gib} GiB (the paper: "
-      "'ok'/'no' on one GTX 1080 Ti, 11 GB). Paper: Refined-SA Tables 2-3 (PyTorch, GPU).", "",
-      "| model | source | params G + D | MAdd / image (fwd) | forward s / 30k img | paper | "
-      "speed-up | paper speed-up | backward s / 10 batches | paper | speed-up | "
-      f"paper speed-up | train memory at {b} (MB) | largest batch ≤ budget | paper largest |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  base_paper = dict(config.paper)[config.baseline]
-  for r in result["rows"]:
-    p = r["paper"]
-    f, t = r["forward"], r["train"]
-    fwd30k = f["time_s"] * 30000 / b
-    bwd10 = 10 * t["time_s"]
-    largest = r["largest_batch"]
-    if largest is None:
-      largest_s = f"< {r['probes'][0]['batch']}"
-    else:
-      largest_s = f"≥ {largest}" if r["probes"][-1]["fits"] else str(largest)
-    lines.append(
-        f"| {measure.LABELS[r['variant']]} | {r['source']} | "
-        f"{(r['params_g'] + r['params_d']) / 1e6:.2f}M | {r['madd_forward'] / 1e9:.2f}G | "
-        f"{fwd30k:.2f} | {p[0]:.3f} | {f['speedup']:.2f}× | {base_paper[0] / p[0]:.2f}× | "
-        f"{bwd10:.2f} | {p[1]:.3f} | {t['speedup']:.2f}× | {base_paper[1] / p[1]:.2f}× | "
-        f"{t['total_bytes'] / MB:.0f} | {largest_s} | {p[2]} |")
-  lines += ["", "Training-iteration memory (XLA total, GiB) by batch:", "",
-            "| model | " + " | ".join(str(p["batch"]) for p in max(
-                (r["probes"] for r in result["rows"]), key=len)) + " |",
-            "|---|" + "---|" * max(len(r["probes"]) for r in result["rows"])]
-  for r in result["rows"]:
-    lines.append(f"| {measure.LABELS[r['variant']]} | " + " | ".join(
+def _largest(r) -> str:
+  if r["largest_batch"] is None:
+    return f"< {r['probes'][0]['batch']}"
+  return f"≥ {r['largest_batch']}" if r["probes"][-1]["fits"] else str(r["largest_batch"])
+
+
+def markdown(config, result, machine: str) -> str:
+  rows, b, paper = result["rows"], config.batch, dict(config.paper)
+  bp = paper[config.baseline]
+  lines = measure.header(config, machine, config.about if rows else "")
+  if rows:
+    lines += measure.md_table({
+        "model": lambda r: LABELS[r["variant"]], "source": lambda r: r["source"],
+        "params G + D": lambda r: f"{(r['params_g'] + r['params_d']) / 1e6:.2f}M",
+        "MAdd / image (fwd)": lambda r: f"{r['madd_forward'] / 1e9:.2f}G",
+        "forward s / 30k img": lambda r: f"{r['forward']['time_s'] * 30000 / b:.2f}",
+        "paper s / 30k": lambda r: f"{r['paper'][0]:.3f}",
+        "fwd speed-up": lambda r: f"{r['forward']['speedup']:.2f}×",
+        "paper fwd speed-up": lambda r: f"{bp[0] / r['paper'][0]:.2f}×",
+        "backward s / 10 batches": lambda r: f"{10 * r['train']['time_s']:.2f}",
+        "paper s / 10 batches": lambda r: f"{r['paper'][1]:.3f}",
+        "bwd speed-up": lambda r: f"{r['train']['speedup']:.2f}×",
+        "paper bwd speed-up": lambda r: f"{bp[1] / r['paper'][1]:.2f}×",
+        f"train memory at {b} (MB)": lambda r: f"{r['train']['total_bytes'] / MB:.0f}",
+        "largest batch ≤ budget": _largest, "paper largest": lambda r: r["paper"][2]}, rows)
+    batches = max((r["probes"] for r in rows), key=len)
+    lines += ["", "Training-iteration memory (XLA total, GiB) by batch:", "",
+              "| model | " + " | ".join(str(p["batch"]) for p in batches) + " |",
+              "|---|" + "---|" * len(batches)]
+    lines += [f"| {LABELS[r['variant']]} | " + " | ".join(
         f"{p['total_bytes'] / GIB:.2f}{'' if p['fits'] else ' (over)'}" for p in r["probes"])
-        + " |")
+        + " |" for r in rows]
+  searches = [dict(s, **r) for s in result.get("largest_batch") or () for r in s["rows"]]
+  if searches:
+    lines += ["", "## Largest training batch by compiler", "",
+              "The iteration compiled (never run) at doubling batches until XLA's total exceeds "
+              "the budget: XLA:CPU's, or XLA:GPU's for a GPU target config (budget: its memory "
+              "as CUDA reports it).", ""] + measure.md_table({
+        "model": lambda r: LABELS[r["variant"]],
+        "compiler (budget)": lambda r: f"{r['compiler']} ({r['budget_gib']:.2f} GiB)",
+        "image, width": lambda r: f"{r['image_size']}², {r['width']}",
+        "largest batch ≤ budget": _largest,
+        "paper (GTX 1080 Ti, 11 GB, 64²)": lambda r: paper[r["variant"]][2],
+        "GiB by batch": lambda r: ", ".join(
+            f"{p['batch']}: {p['total_bytes'] / GIB:.2f}" for p in r["probes"])}, searches)
   return "\n".join(lines) + "\n"

@@ -1,17 +1,5 @@
-"""The efficiency harness: what every table of experiments/ measures and writes alike.
-
-- Accounting: `compile_fn` compiles a function and reads XLA's `cost_analysis()`
-  (flops, bytes accessed) and `memory_analysis()` (temporaries, arguments,
-  outputs); `unrolled_loops` makes the flops count every step of a solver loop;
-  `madd_of` counts multiply-adds of a traced function (the papers' convention).
-- Programs: `grad_of_square_sum` for an operator, `inference_fn` /
-  `training_fn` for a layer, `train_step` for a whole network (the library's
-  `TrainableModel`, as the tasks train it): each written once, here.
-- Time: `time_side_by_side`, interleaved rounds, median of samples; `sweep`
-  over grid sides within a memory budget.
-- Output: `write` puts <stem>.{md,json} with the machine they ran on;
-  `run(main)` is the command wrapper (a bad flag or config value: one line, exit 2).
-No flags are defined here, so table modules can import it.
+"""The one efficiency harness of experiments/: XLA accounting, MAdd, programs, interleaved
+timing, and the markdown / json output with the machine line. Defines no flags (tables import it).
 """
 
 import contextlib
@@ -36,7 +24,7 @@ from experiments.model_stats import count_madd
 RESULTS = pathlib.Path(__file__).parent / "results"
 MB = 1e6
 GIB = 2**30
-
+NOTES = "<!-- The notes below are kept when the table is regenerated. -->"
 LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao": "SAO",
           "kao_kv": "KAO_KV", "kao_qkv": "KAO_QKV", "sa": "SA", "a2": "A²",
           "ham_cd": "Ham (CD)", "ham_nmf": "Ham (NMF)", "sagan": "SAGAN", "isagan": "ISAGAN",
@@ -44,8 +32,7 @@ LABELS = {"attn": "Attn", "attn_pool": "Attn+Pool", "attn_mean": "Attn1/N", "sao
 
 
 def run(main: Callable) -> None:
-  """`app.run(main)` for a command of experiments/: a ValueError (a bad flag or config value)
-  is printed as one line `error: ...` and exits with status 2, without a traceback."""
+  """`app.run(main)`; a ValueError (bad flag or config value) is one line `error: ...`, exit 2."""
   def guarded(argv):
     try:
       return main(argv)
@@ -54,33 +41,29 @@ def run(main: Callable) -> None:
   app.run(guarded, flags_parser=cli.parse_flags)
 
 
+
 def output_stem(config) -> str:
-  """The table's file name: `config.table`, with the compute dtype appended unless float32."""
+  """`config.table`, with the compute dtype appended unless float32."""
   dtype = config.get("dtype", "float32")
   return config.table if dtype == "float32" else f"{config.table}_{dtype}"
 
 
 def command_of(config) -> str:
-  """The command that measures the table (the dtype override where it is not float32)."""
   dtype = config.get("dtype", "float32")
   return (f"python -m experiments.efficiency --config=configs/efficiency/{config.table}.py"
           + ("" if dtype == "float32" else f" --config.dtype={dtype}"))
 
 
 def out_dir_of(config) -> pathlib.Path:
-  """`config.out_dir`, or experiments/results; created."""
+  """`config.out_dir` or experiments/results, created."""
   out = pathlib.Path(config.get("out_dir", "") or RESULTS)
   out.mkdir(parents=True, exist_ok=True)
   return out
 
 
-NOTES = "<!-- The notes below are kept when the table is regenerated. -->"
-
-
 def write(out: pathlib.Path, stem: str, result, text: str) -> str:
-  """Writes <out>/<stem>.json (the result, unless None) and <stem>.md (text, then the notes
-  of the md file it replaces: everything from the `NOTES` line on, the measurement
-  narrative). Returns the markdown written."""
+  """Writes <stem>.json (unless result is None) and <stem>.md: text, then the replaced md's
+  notes (from the `NOTES` line on). Returns the markdown written."""
   md = out / f"{stem}.md"
   old = md.read_text() if md.exists() else ""
   if NOTES in old:
@@ -96,13 +79,24 @@ def fmt(value, spec: str, suffix: str = "", missing: str = "") -> str:
   return missing if value is None else format(value, spec) + suffix
 
 
+def header(config, machine: str, about: str) -> list:
+  """A table's title, machine, command and protocol paragraph (`about`, formatted with the
+  config's fields)."""
+  return [f"# {config.title}", "", f"Measured on {machine}. Command: `{command_of(config)}`.",
+          "", about.format(**config.to_dict()), ""]
+
+
+def md_table(columns: dict, rows) -> list:
+  """Markdown lines of a table: columns {header: cell(row) -> str}."""
+  return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+          + ["| " + " | ".join(cell(r) for cell in columns.values()) + " |" for r in rows])
+
+
 def machine() -> dict:
-  """What the numbers were measured on."""
   cpu = platform.processor() or platform.machine()
   try:
     with open("/proc/cpuinfo") as f:
-      names = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
-    cpu = names[0] if names else cpu
+      cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
   except OSError:
     pass
   dev = jax.devices()[0]
@@ -115,23 +109,17 @@ def machine_line(m: dict | None = None) -> str:
   return f"{m['cpu']}, {m['cores']} cores, device {m['device']}, jax {m['jax']}"
 
 
-# ----------------------------------------------------------------------------------------------
-# XLA accounting.
-
 
 def accounting(compiled) -> dict:
-  """XLA's cost and memory analysis of a compiled program."""
-  mem = compiled.memory_analysis()
-  cost = compiled.cost_analysis()
+  """XLA's cost_analysis (flops, bytes accessed) and memory_analysis of a compiled program;
+  peak = temporaries + arguments + outputs − aliased (donated) bytes."""
+  mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
   cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
   acct = {"xla_flops": float(cost.get("flops", float("nan"))),
           "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
-          "temp_bytes": int(mem.temp_size_in_bytes),
-          "arg_bytes": int(mem.argument_size_in_bytes),
-          "out_bytes": int(mem.output_size_in_bytes),
-          "alias_bytes": int(mem.alias_size_in_bytes)}
+          "temp_bytes": int(mem.temp_size_in_bytes), "arg_bytes": int(mem.argument_size_in_bytes),
+          "out_bytes": int(mem.output_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes)}
   acct["total_bytes"] = acct["temp_bytes"] + acct["arg_bytes"] + acct["out_bytes"]
-  # What one device holds during the step: donated arguments are reused for outputs.
   acct["peak_bytes"] = acct["total_bytes"] - acct["alias_bytes"]
   return acct
 
@@ -143,21 +131,15 @@ def compile_fn(fn: Callable, *args, donate_argnums=()):
 
 
 def _unrolled_fori_loop(lower, upper, body, init, **_):
-  state = init
   for i in range(lower, upper):
-    state = body(i, state)
-  return state
+    init = body(i, init)
+  return init
 
 
 @contextlib.contextmanager
 def unrolled_loops():
-  """Traces `lax.fori_loop` with static bounds as straight-line code.
-
-  XLA's cost_analysis counts a while-loop body once whatever its trip count, so
-  FLOPs of programs with solver loops are counted on the unrolled program. JAX's
-  trace caches are cleared on entry and exit: a function jitted before would
-  otherwise give its cached (looped) program inside, and the unrolled one after.
-  """
+  """Traces static `lax.fori_loop`s unrolled: XLA's flops count a loop body once, whatever its
+  trip count. Trace caches are cleared on entry and exit (a cached looped trace would be reused)."""
   jax.clear_caches()
   try:
     with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
@@ -175,13 +157,9 @@ def params_of(model) -> int:
   return sum(math.prod(v.shape) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
-# ----------------------------------------------------------------------------------------------
-# Time.
-
 
 def _sample(compiled, args, inner: int) -> float:
-  start = time.perf_counter()
-  out = None
+  start, out = time.perf_counter(), None
   for _ in range(inner):
     out = compiled(*args)
   jax.block_until_ready(out)
@@ -190,12 +168,9 @@ def _sample(compiled, args, inner: int) -> float:
 
 def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
                       warmup: int = 1) -> dict:
-  """{name: (compiled, args)} → {name: {time_s (median), samples, inner}}.
-
-  Warm-up, then per program an inner count so one sample lasts ≥ min_sample_s,
-  then `repeats` interleaved rounds (every program once per round), so slow
-  drifts of a shared machine's load hit all programs alike.
-  """
+  """{name: (compiled, args)} → {name: {time_s (median), samples, inner}}: warm-up, an inner
+  count per program so a sample lasts ≥ min_sample_s, then `repeats` interleaved rounds (a
+  shared machine's load drifts hit every program alike)."""
   inner = {}
   for name, (compiled, args) in programs.items():
     for _ in range(max(1, warmup)):
@@ -210,8 +185,17 @@ def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
           for name, s in samples.items()}
 
 
-# ----------------------------------------------------------------------------------------------
-# Programs: a layer's forward or forward + backward, a network's train step.
+def time_programs(rows: dict, programs: dict, config) -> None:
+  """Times {(row, program): (compiled, args)} side by side per program, into
+  rows[row][program]: time_s, time_samples, speedup against `config.baseline`."""
+  for program in dict.fromkeys(p for _, p in programs):
+    chosen = {k: v for k, v in programs.items() if k[1] == program}
+    for (name, _), t in time_side_by_side(chosen, config.repeats, config.min_sample_s).items():
+      rows[name][program].update(time_s=t["time_s"], time_samples=t["samples"])
+    for name, _ in chosen:
+      rows[name][program]["speedup"] = (rows[config.baseline][program]["time_s"]
+                                        / rows[name][program]["time_s"])
+
 
 
 def inference_fn(model):
@@ -222,20 +206,16 @@ def inference_fn(model):
 
 
 def training_fn(model):
-  """(fn(params, rest, x, g) -> (grads, new rest), params, rest): a layer's forward + backward.
-
-  The loss is <out, g> for a fixed cotangent g (as inside a network), gradients
-  w.r.t. the parameters and the input; non-parameter state (batch-norm
-  statistics, RNG counters) is carried through as in a train step.
-  """
+  """(fn(params, rest, x, g) -> (grads, new rest), params, rest): forward + backward of the loss
+  <out, g> (a fixed cotangent, as inside a network) w.r.t. parameters and input; non-parameter
+  state (batch statistics, RNG counters) carried as in a train step."""
   model.train()
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
   def step(params, rest, x, g):
     def loss(params, x, rest):
       m = nnx.merge(graphdef, params, rest, copy=True)
-      out = m(x)
-      return jnp.vdot(out.astype(jnp.float32), g), nnx.state(m, nnx.Not(nnx.Param))
+      return jnp.vdot(m(x).astype(jnp.float32), g), nnx.state(m, nnx.Not(nnx.Param))
 
     (_, new_rest), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
         params, x, rest)
@@ -250,14 +230,9 @@ def grad_of_square_sum(fn: Callable, argnums=0) -> Callable:
 
 
 def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):
-  """(step(state, inputs, targets) -> state, state) of a whole network, as a task trains it.
-
-  The library's `TrainableModel` (attention_lab/train/tasks/base.py) of `build`
-  and the optax `tx`: loss(outputs, targets) → scalar, gradients of every
-  parameter, non-parameter variables carried, the optimizer update applied.
-  `abstract`: the state as ShapeDtypeStructs (compile for memory only).
-  Compile with `donate_argnums=0` for the trainer's memory (state donated).
-  """
+  """(step(state, inputs, targets) -> state, state) of a network as the tasks train it (the
+  library's TrainableModel of `build` and optax `tx`); `abstract`: state as ShapeDtypeStructs.
+  Compile with `donate_argnums=0` for the trainer's memory."""
   from attention_lab.train.tasks import base  # pylint: disable=g-import-not-at-top
   net = base.TrainableModel(build, tx, 0)
 
@@ -272,26 +247,31 @@ def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):
   return step, jax.eval_shape(net.init) if abstract else net.init()
 
 
+def layer_program(model, program: str, x):
+  """(fn, XLA accounting, compiled, abstract args) of a layer's 'infer' (`inference_fn`) or
+  'train' (`training_fn`, cotangent shaped as x) program on input x."""
+  if program == "infer":
+    fn, state = inference_fn(model)
+    args = (state, x)
+  else:
+    fn, params, rest = training_fn(model)
+    args = (params, rest, x, x)
+  compiled, acct = compile_fn(fn, *args)
+  return fn, acct, compiled, args
+
+
 def concrete(args, key=0):
-  """Replaces the ShapeDtypeStructs in args by random arrays (the rest stays as is)."""
-  def fill(a):
-    if isinstance(a, jax.ShapeDtypeStruct):
-      return jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
-    return a
+  """Replaces the ShapeDtypeStructs in args by random arrays."""
+  fill = lambda a: (jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
+                    if isinstance(a, jax.ShapeDtypeStruct) else a)
   return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
 
 
-# ----------------------------------------------------------------------------------------------
-# Sweeps over the grid side (the operator and module tables).
-
 
 def sweep(config, names, compile_at: Callable) -> list:
-  """Time and XLA memory of each of `names` at every `config.sweep_sides`.
-
-  compile_at(name, side) → (compiled, accounting, abstract args). Programs whose
-  XLA total exceeds `config.memory_budget_gib` are compiled but not run
-  (time_s None, over_budget); the others are timed side by side per side.
-  """
+  """Time and XLA memory of `names` at each `config.sweep_sides`; compile_at(name, side) →
+  (compiled, accounting, abstract args). Programs over `config.memory_budget_gib` (XLA total)
+  are compiled, not run (time_s None, over_budget)."""
   points = []
   for side in config.sweep_sides:
     programs, accts = {}, {}
@@ -300,10 +280,9 @@ def sweep(config, names, compile_at: Callable) -> list:
       if accts[name]["total_bytes"] <= config.memory_budget_gib * GIB:
         programs[name] = (compiled, concrete(args))
     times = time_side_by_side(programs, config.sweep_repeats, config.min_sample_s)
-    for name in names:
-      points.append(dict(side=side, positions=side * side, operator=name, **accts[name],
-                         time_s=times[name]["time_s"] if name in times else None,
-                         over_budget=name not in programs))
+    points += [dict(side=side, positions=side * side, operator=name, **accts[name],
+                    time_s=times[name]["time_s"] if name in times else None,
+                    over_budget=name not in programs) for name in names]
     print(f"sweep {side}²: " + ", ".join(
         f"{n} {1e3 * t['time_s']:.3f}ms" for n, t in times.items()), flush=True)
   return points
@@ -315,16 +294,13 @@ def sweep_lines(config, sweep_points, what: str) -> list:
     return []
   names = list(dict.fromkeys(p["operator"] for p in sweep_points))
   stem = output_stem(config)
-  lines = ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
-           f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
-           f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
-           "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in names) + " |",
-           "|---|" + "---|---|" * len(names)]
-  for side in dict.fromkeys(p["side"] for p in sweep_points):
-    cells = []
-    for o in names:
-      p = next(p for p in sweep_points if p["side"] == side and p["operator"] == o)
-      t = "over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}"
-      cells.append(f"{t} | {p['total_bytes'] / MB:.1f}")
-    lines.append(f"| {side}² | " + " | ".join(cells) + " |")
-  return lines
+  at = lambda side, o: next(p for p in sweep_points if p["side"] == side and p["operator"] == o)
+  cell = lambda p: ("over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}") + (
+      f" | {p['total_bytes'] / MB:.1f}")
+  return ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
+          f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
+          f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
+          "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in names) + " |",
+          "|---|" + "---|---|" * len(names)] + [
+              f"| {side}² | " + " | ".join(cell(at(side, o)) for o in names) + " |"
+              for side in dict.fromkeys(p["side"] for p in sweep_points)]

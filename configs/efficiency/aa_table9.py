@@ -2,13 +2,8 @@
 
   python -m experiments.efficiency --config=configs/efficiency/aa_table9.py
 
-Reproduces: Attention Augmented Convolutional Networks, appendix A.2, Table 9:
-attention maps cost Nh·(HW)² bfloat16 per layer — 600 KB at 14×14 (stage 2,
-4 layers, attention on the 2×-downsampled 28² grid; stage 3, 6 layers) and
-37.5 KB at 7×7 (stage 4, 3 layers), 6 MB in training, 600 KB at inference.
-Counts: exact by arithmetic. Beside them, XLA's measured temporaries of our
-AugmentedConv at those sizes (bfloat16, κ = 2υ = 0.2, Nh = 8, ≥ 20 key
-dimensions per head, relative logits) with and without the attention branch.
+Paper (appendix A.2): Nh·(HW)² bfloat16 per layer, 600 KB at 14×14, 37.5 KB at 7×7; 6 MB in
+training, 600 KB at inference. Beside it XLA's temporaries of our AugmentedConv at those sizes.
 Hardware/runtime: under a minute on a 2-core CPU (compile only). `:tiny` in seconds.
 """
 
@@ -26,6 +21,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   # AA Sec. 4.1: "a minimum of 20 dimensions per head for the keys", as our AA-ResNet-50 builds
   # its layers (dk = max(κ·Fout, 20·Nh) = 160 at every stage); the maps do not depend on dk.
   config.min_key_dims_per_head = 20
+  config.about = (
+      "AA-ResNet-50 attention layers (κ = {kappa}, υ = {upsilon}, Nh = {heads}, ≥ "
+      "{min_key_dims_per_head} key dimensions per head, relative logits; stage 2 attends on a "
+      "3×3/2-pooled grid), batch 1, bfloat16 compute. 'maps' = Nh·(HW)² per layer by "
+      "arithmetic (paper: bfloat16; ours keeps logits and softmax in float32, ×2). XLA temp = "
+      "`memory_analysis().temp_size_in_bytes` of one AugmentedConv layer, inference forward and "
+      "training forward + backward, and of the same 3×3 convolution without attention; "
+      "'attention Δ' = AA − conv.")
   # "auto": the relative attention also through the device's fused kernel (cuDNN flash on a
   # GPU, Pallas flash on a TPU; none on a CPU), memory only; or "none".
   config.fused_attention = "auto"

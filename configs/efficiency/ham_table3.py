@@ -2,18 +2,9 @@
 
   python -m experiments.efficiency --config=configs/efficiency/ham_table3.py
 
-Reproduces: Hamburger paper Table 3 (d = 512, r = 64, K = 6): parameters,
-MACs, memory and time for inference and for training (forward + backward).
-The paper measured PyTorch on an NVIDIA TITAN Xp; counts (params, MACs) must
-match, time and memory as ratios against SA. SA is
-`layers.GlobalAttention(512, "softmax", project="qkv", out_features=512)`
-(q, k, v and output maps 512×512: 1.05M parameters, 292G MACs), A² is
-`experiments.efficiency_modules.DoubleAttention` with m = n = 512, Ham is
-`layers.Hamburger(512, ham=..., dim=512, rank=64)` with K = 6 in training and
-evaluation. Also sweeps the grid side 8..128 at 512 channels (inference; plot
-experiments/results/ham_table3.png).
-Hardware/runtime: about 5 minutes on a 2-core CPU (SA training at 128² is
-~1.2 TFLOP per step). `:tiny` runs in seconds.
+Paper (d = 512, r = 64, K = 6; PyTorch, TITAN Xp): parameters and MACs must match; memory and
+time compare as ratios against SA. Also sweeps the grid side 8..128 (inference).
+Hardware/runtime: about 5 minutes on a 2-core CPU. `:tiny` runs in seconds.
 """
 
 import ml_collections
@@ -37,6 +28,16 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.ham_rank = 64
   config.ham_steps = 6
   config.ham_loop_corrected_flops = True
+  config.about = (
+      "Input {batch}×{side}×{side}×{channels} (channels-last), float32. Params: every trainable "
+      "parameter. MACs: multiply-adds of the convolutions and matrix products of the inference "
+      "forward (the paper's torchprofile convention), solver loops counted K times; XLA GFLOP: "
+      "cost_analysis on the program with the solver loops unrolled (XLA counts a loop body "
+      "once). Memory: XLA memory_analysis, temporaries + arguments + outputs (arguments: "
+      "parameters and, in training, input and output cotangent). Inference = evaluation-mode "
+      "forward; training = forward + backward (grads w.r.t. parameters and input of <out, g>). "
+      "Time: median of {repeats} interleaved samples after warm-up. Paper: PyTorch on a TITAN "
+      "Xp ('GPU load', 'GPU time'): compare ratios, not absolute values.")
   config.repeats = 5
   config.min_sample_s = 0.0
   config.out_dir = ""

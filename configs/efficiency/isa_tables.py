@@ -2,21 +2,11 @@
 
   python -m experiments.efficiency --config=configs/efficiency/isa_tables.py
 
-Reproduces: "Refined self-attention: less memory, faster speed", Table 2
-(forward time per 30k images: SAGAN 1.077 s, ISAGAN 0.762 s, SGAN 0.564 s;
-backward per 10 batches: 5.992 / 3.049 / 2.390 s) and Table 3 (largest
-trainable batch on one GTX 1080 Ti, 11 GB: SAGAN 256, ISAGAN and SGAN ≥ 1024).
-SAGAN = self-attention blocks with an N×N softmax map; ISAGAN = the refined
-(linear) block out = z(yᵀφ)/N; SGAN = the attention blocks replaced by
-convolutions. Time ratios against SAGAN must reproduce; the largest batch is
-found by XLA memory analysis of one training iteration against an 11 GiB
-budget (compiled, never run). Models: the registry's unconditional
-sagan_generator / sagan_discriminator (residual SAGAN, spectral norm, the
-context module at 32×32; attention "sa" | "refined" | "conv") at width 16,
-which matches the cost of the heykeetae SAGAN the paper ran (G + D 0.62 vs
-0.64 GMAdd per image, 64 channels at the 32² attention).
-Hardware/runtime: about 13 minutes on a 2-core CPU. `:tiny` (no spectral
-norm) takes ~15 s.
+Paper: forward s per 30k images 1.077 / 0.762 / 0.564, backward s per 10 batches 5.992 / 3.049 /
+2.390 (ratios against SAGAN must reproduce); largest batch on an 11 GB GTX 1080 Ti: 256 / ≥ 1024
+/ ≥ 1024 (here within an 11 GiB XLA:CPU budget; on the GPU: gan_largest_batch.py). Width 16
+matches the cost of the heykeetae SAGAN the paper ran (G + D 0.62 vs 0.64 GMAdd per image).
+Hardware/runtime: about 13 minutes on a 2-core CPU. `:tiny` (no spectral norm) ~15 s.
 """
 
 import ml_collections
@@ -39,6 +29,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.min_sample_s = 0.0
   config.out_dir = ""
   config.render_only = False  # True: re-render the md / png from the saved json, no measuring
+  config.about = (
+      "Batch {batch}, {image_size}×{image_size} images, z of {z_dim}, width {width}, float32. "
+      "Forward = evaluation-mode D(G(z)); backward = one training iteration (D hinge loss on "
+      "real + fake, then G loss; gradients, no optimiser). Times are medians of {repeats} "
+      "interleaved samples, scaled to the paper's units (forward: per 30k images = "
+      "t·30000/batch; backward: per 10 batches = 10·t). Memory: XLA memory_analysis of the "
+      "training iteration (temporaries + arguments + outputs). Largest batch: doubling from "
+      "{batch} while that memory ≤ {memory_budget_gib} GiB (the paper: 'ok'/'no' on one GTX "
+      "1080 Ti, 11 GB). Paper: Refined-SA Tables 2-3 (PyTorch, GPU).")
   config.spectral_norm = True  # SAGAN's; the tiny preset drops it to compile faster
   # Paper: (forward s per 30k images, backward s per 10 batches, largest batch 'ok').
   config.paper = (("sagan", (1.077, 5.992, "256")), ("isagan", (0.762, 3.049, "≥ 1024")),

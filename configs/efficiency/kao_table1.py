@@ -2,13 +2,8 @@
 
   python -m experiments.efficiency --config=configs/efficiency/kao_table1.py
 
-Reproduces: Kronecker Attention Networks, Table 1 (8×14²×8, 8×28²×8,
-8×56²×8, one head, the operator alone). The paper measured TensorFlow on a
-CPU; what must reproduce are the ratios against Attn: KAO_KV 3.5×, 10.1×,
-31.1× and KAO_QKV 6.8×, 40.9×, 305.8× faster, with 82.03/91.88/96.18% and
-95.06/98.85/99.73% memory saved. Also sweeps the grid side 8..128 (plot
-experiments/results/kao_table1.png) with Attn skipped where XLA memory
-passes `memory_budget_gib`.
+Paper (TensorFlow, CPU): ratios against Attn must reproduce: KAO_KV 3.5×, 10.1×, 31.1× and
+KAO_QKV 6.8×, 40.9×, 305.8× faster. Also sweeps the grid side 8..128.
 Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 """
 

@@ -2,13 +2,8 @@
 
   python -m experiments.efficiency --config=configs/efficiency/sao_table2.py
 
-Reproduces: Siamese Attention Networks, Table 2 (sizes 14²×64, 28²×128,
-56²×256, one head, the operator alone). The paper measured TensorFlow on a
-CPU; what must reproduce are the ratios against Attn: SAO 6.62×, 14.18×,
-58.21× faster with 79.54%, 88.78%, 94.65% memory saved. MAdd must match
-within 3% (dot-product multiply-adds per example). Also sweeps the grid side
-8..128 at 64 channels (plot experiments/results/sao_table2.png) with
-Attn skipped where XLA memory passes `memory_budget_gib`.
+Paper (TensorFlow, CPU): ratios against Attn must reproduce (SAO 6.62×, 14.18×, 58.21× faster,
+79.54%, 88.78%, 94.65% memory saved); MAdd within 3%. Also sweeps the grid side 8..128.
 Hardware/runtime: about 2 minutes on a 2-core CPU. `:tiny` runs in seconds.
 """
 

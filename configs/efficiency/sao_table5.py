@@ -2,22 +2,10 @@
 
   python -m experiments.efficiency --config=configs/efficiency/sao_table5.py
 
-Reproduces: Siamese Attention Networks, Table 5 — memory at inputs of
-128×224²×3 and "model execution time of 100 iterations": MobileNetV2 7.4 GB
-14.4 s, SANet 7.5 GB 14.9 s, AttnNet 11.7 GB 27.1 s (GPU, TensorFlow; the
-paper does not say whether an iteration is a training or an inference step,
-nor the GPU; its training used RTX 2080 Ti). What must reproduce are the
-ratios to MobileNetV2: memory 1.014× / 1.581×, time 1.035× / 1.882×.
-Performance goal: SANet's train step ≤ 1.10× MobileNetV2's.
-The same protocol for KANet_KV / KANet_QKV against MobileNetV2 (the KAO
-paper has no whole-network table) and for AA-ResNet-50 against ResNet-50 (AA
-Table 2: AA (υ = 0.25) trains +25% slower than ResNet-50 on a V100 at
-batch 128; no memory given).
-
-Memory is XLA's accounting of the step compiled for batch 128 (no need to run
-it); time is measured at `time_batch` images of 224² on this CPU.
-Hardware/runtime: ~10-15 minutes on a 2-core CPU (compiling 14 train steps
-dominates). `:tiny` (small images, tiny widths) runs in about a minute.
+Paper (GPU, 128×224²×3): 7.4 / 7.5 / 11.7 GB, 14.4 / 14.9 / 27.1 s per 100 iterations; the
+ratios to MobileNetV2 must reproduce. Goal: SANet's train step ≤ 1.10× MobileNetV2's. The same
+protocol for the KANets and for AA-ResNet-50 against ResNet-50 (AA Table 2: +25% at υ = 0.25).
+Hardware/runtime: ~10-15 minutes on a 2-core CPU. `:tiny` in about a minute.
 """
 
 import ml_collections
@@ -40,6 +28,15 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.repeats = 5
   config.min_sample_s = 0.0
   config.goal_max_ratio = 1.10
+  config.about = (
+      "One training step: forward, softmax cross-entropy, backward, SGD momentum update, float32 "
+      "parameters, {dtype} compute. **Memory**: XLA `memory_analysis()` of the step compiled (not "
+      "run) for {paper_batch}×{image_size}²×3, peak = temporaries + arguments + outputs − donated "
+      "(aliased) bytes. **Time**: the step compiled for {time_batch}×{image_size}²×3 and timed "
+      "side by side with the other nets of its comparison (median of {repeats} interleaved "
+      "samples after warm-up). Ratios against the comparison's baseline. Paper columns: SAO "
+      "Table 5 (memory and time of 100 iterations at 128×224²×3, GPU); AA Table 2 Δ_Train "
+      "(V100, batch 128) for AA (υ = 0.25).")
   config.dtype = "float32"  # compute dtype (parameters float32); the accelerator report adds bfloat16
   # "auto": the nets in `fused_nets` also run with the device's fused regular attention
   # (cuDNN flash on a GPU, Pallas flash on a TPU; none on a CPU), or "none".

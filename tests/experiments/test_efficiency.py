@@ -8,21 +8,21 @@ import pytest
 from flax import nnx
 
 from attention_lab import ops
-from configs.efficiency import (aa_table9, ham_table3, isa_tables, kao_table1,
-                                performance_goals, sao_table2)
+from configs.efficiency import (aa_table9, gan_largest_batch, ham_table3, isa_tables, kao_table1,
+                                performance_goals, restoration_memory, sao_table2)
 from experiments import efficiency, efficiency_modules, measure
 from experiments import efficiency_fused as fused_lib
 
 
 @pytest.mark.parametrize("op", sorted(efficiency.OPERATORS))
 def test_measure_counts_the_papers_madd(op):
-  x = jax.random.normal(jax.random.key(0), (2, 6, 6, 1, 8))
-  r = efficiency.measure(op, x, repeats=1)
+  x = jax.ShapeDtypeStruct((2, 6, 6, 1, 8), jnp.float32)
   n, c = 36, 8
   expected = {"attn": 2 * n * n * c, "attn_pool": 2 * n * 9 * c, "attn_mean": 2 * n * c * c,
               "sao": 4 * n * c, "kao_kv": 2 * n * 12 * c, "kao_qkv": 2 * 12 * 12 * c}[op]
-  assert r["madd"] == expected
-  assert r["time_s"] > 0 and r["total_bytes"] >= r["temp_bytes"] >= 0
+  assert measure.madd_of(efficiency.OPERATORS[op], x) / 2 == expected
+  acct = measure.compile_fn(efficiency.OPERATORS[op], x)[1]
+  assert acct["total_bytes"] >= acct["temp_bytes"] >= 0
 
 
 def _run(module, monkeypatch, tmp_path):
@@ -70,6 +70,40 @@ def test_isa_tables(monkeypatch, tmp_path):
   # The refined block never forms the N×N map: less training memory than SAGAN.
   assert rows["isagan"]["train"]["total_bytes"] < rows["sagan"]["train"]["total_bytes"]
   assert "largest batch" in text
+
+
+def test_gan_largest_batch(monkeypatch, tmp_path):
+  config, data, text = _run(gan_largest_batch, monkeypatch, tmp_path)
+  assert data["rows"] == []
+  (search,) = data["largest_batch"]
+  rows = {r["variant"]: r for r in search["rows"]}
+  assert set(rows) == {"sagan", "isagan"} and search["compiler"] == "XLA:CPU"
+  for r in rows.values():  # doubling from `start` until one probe is over the budget
+    assert [p["batch"] for p in r["probes"]] == [2**i for i in range(len(r["probes"]))]
+    assert not r["probes"][-1]["fits"] and all(p["fits"] for p in r["probes"][:-1])
+  assert rows["isagan"]["largest_batch"] >= rows["sagan"]["largest_batch"]
+  assert "XLA:CPU (0.01 GiB)" in text
+
+
+def test_gan_largest_batch_on_a_gpu_target_needs_the_cuda_plugin(monkeypatch, tmp_path):
+  from attention_lab import devices  # pylint: disable=g-import-not-at-top
+  if devices.cuda_plugin_installed():
+    pytest.skip("the CUDA plugin is installed here")
+  config = gan_largest_batch.get_config("tiny")
+  config.largest_batch = ({"target": "gtx_1080_ti", "image_size": 32, "width": 4, "start": 1},)
+  with pytest.raises(ValueError, match="CUDA plugin"):
+    efficiency.table("gan")[0](config)
+
+
+def test_restoration_memory(monkeypatch, tmp_path):
+  config, data, text = _run(restoration_memory, monkeypatch, tmp_path)
+  rows = {r["label"]: r for r in data["rows"]}
+  assert set(rows) == {"U-Net", "U-Net+Attn (query chunk 16)"}
+  for r in rows.values():
+    m = r["memory"]
+    assert m["temp_bytes"] > 0 and m["alias_bytes"] > 0 and r["time_s"] is None
+  assert rows["U-Net+Attn (query chunk 16)"]["memory_ratio"] > rows["U-Net"]["memory_ratio"] == 1
+  assert "GiB" in text and "Performance goal" not in text
 
 
 def test_aa_table(monkeypatch, tmp_path):
