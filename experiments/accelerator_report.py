@@ -75,8 +75,6 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
 
 def device_slug(platform_name: str, device_kind: str) -> str:
   """A folder name for a device kind: 'NVIDIA H100 80GB HBM3' -> 'nvidia_h100_80gb_hbm3'."""
-  if platform_name == "cpu":
-    return "cpu"
   return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_") or platform_name
 
 

@@ -6,6 +6,7 @@ over the presets → experiments/results/paper_presets.{md,json}.
       [--workdir_root=/tmp/paper_presets]   # --presets= rewrites the md from the json
 """
 
+import pathlib
 import re
 
 from absl import app, flags
@@ -63,11 +64,11 @@ def family_of(spec: str) -> str:
 def derive(row: dict) -> dict:
   """The row's family, headline metric, its value at the start and the end, learned."""
   family = family_of(row["values"]["config"])
-  metric, rule, learned = FAMILIES[family]
+  metric, _, learned = FAMILIES[family]
   start, end = (r["final"].get(f"eval_{metric}") for r in (row["untrained"], row))
   error = row["error"] or (None if None not in (start, end) else
                            f"no eval_{metric} in the final metrics")
-  return {"family": family, "metric": metric, "rule": rule, "start": start, "end": end,
+  return {"family": family, "metric": metric, "start": start, "end": end,
           "learned": not error and bool(learned(start, end)), "error": error}
 
 
@@ -91,7 +92,7 @@ def main(argv):
   chosen = tuple(p for p in re.split(r",(?=configs/)", _PRESETS.value) if p)
   for spec in chosen:
     family_of(spec)  # every preset checked before the first run
-  sweep.sweep(TABLE, {"config": chosen}, [], sweep.pathlib.Path(_ROOT.value), not chosen)
+  sweep.sweep(TABLE, {"config": chosen}, [], pathlib.Path(_ROOT.value), not chosen)
   print((sweep.RESULTS / "paper_presets.md").read_text())
 
 
