@@ -1,38 +1,41 @@
-"""Parameter and MAdd counts of the model zoo beside the papers' tables.
+"""Parameters and MAdd of the paper models beside the papers' tables.
 
-  python -m experiments.model_stats
+  python -m experiments.model_stats               # SAO T3/4/6/8, KAO T2-4, AA T1-4
+  python -m experiments.model_stats segmentation  # KAO T5, Ham T1-2/4 at 513²
 
-Parameters come from `nnx.eval_shape` (nothing is allocated or compiled) in
-two conventions: all trainable parameters, and the papers' convention —
-convolution / linear kernels and the SAO w only, no biases, no batch-norm
-parameters (it reproduces SAO Table 8 exactly: SANet 3,449,408, w fixed to
-ones 3,448,448). MAdd is counted on the traced forward pass at batch 1: one
-multiply-add per term of every convolution and dot product (einsums of the
-attention operators included), which is the MobileNet papers' MAdd; XLA's
-cost analysis (`.lower().compile().cost_analysis()["flops"] / 2`, which
-also counts normalisations and activations) is printed beside it. Results:
-experiments/results/model_stats.{md,json}.
+Parameters from `nnx.eval_shape` (nothing allocated), all trainable ones and the papers'
+convention (kernels and the SAO w: SAO Table 8's SANet 3,449,408 exactly). MAdd: one per term
+of every convolution and dot product of the traced forward pass at batch 1 (the papers'
+GFlops are 2×MAdd). Writes experiments/results/{model_stats,segmentation_models}.{md,json,png};
+why rows differ from the papers: the notes of model_stats.md.
 """
 
-import json
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
-from absl import app
 from flax import nnx
 
-from attention_lab import cli
-from attention_lab import models
-from experiments import plots
+from attention_lab import cli, models
+from attention_lab.models import segmentation  # noqa: F401  (registers the names)
+from configs.hamburger import ade20k_hamnet
 
 KERNEL_NAMES = ("kernel", "w")
 
-# Per table: input shape, classes and rows (label, registry name, paper params, paper MAdd
-# [, overrides for build_abstract]), from SAO Tables 3/4/6/8, KAO Tables 2-4 and AA Tables 1-3, 6
-# (their "GFlops" are 2×MAdd); None where the paper gives no number. params="all": the paper
-# counts all trainable parameters (the ResNet convention), not only the kernels.
+
+def _mnasnet_rows():
+  """AA Table 4: width, (params, GFlops) of MnasNet-A1 and of AA-MnasNet-A1."""
+  for width, plain, augmented in [(0.75, (2.91e6, 0.45), (3.02e6, 0.51)),
+                                  (1.0, (3.89e6, 0.63), (4.06e6, 0.70)),
+                                  (1.25, (5.26e6, 1.01), (5.53e6, 1.11)),
+                                  (1.4, (6.10e6, 1.17), (6.44e6, 1.29))]:
+    for aa, (params, gflops) in ((False, plain), (True, augmented)):
+      yield (f"{'AA-' if aa else ''}MnasNet-{width}", f"{'aa_' if aa else ''}mnasnet_a1", params,
+             gflops * 1e9 / 2, dict(width=width))
+
+
+# Per table: input, classes, rows (label, registry name, paper params, paper MAdd[, overrides]);
+# None where the paper gives no number. params="all": the paper counts every trainable parameter.
 TABLES = {
     "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": dict(input=(224, 224, 3), classes=1000, rows=[
         ("MobileNetV2", "mobilenet_v2", 3.47e6, 300e6),
@@ -82,68 +85,25 @@ TABLES = {
              dict(kappa=1.0, upsilon=1.0)),
         ]),
     "AA Table 4 (MnasNet-A1, ImageNet, 224², 1000 classes)": dict(
-        input=(224, 224, 3), classes=1000, params="all", rows=[
-            (f"{'AA-' if aa else ''}MnasNet-{width}", f"{'aa_' if aa else ''}mnasnet_a1",
-             params, gflops * 1e9 / 2, dict(width=width))
-            for width, plain, augmented in [(0.75, (2.91e6, 0.45), (3.02e6, 0.51)),
-                                            (1.0, (3.89e6, 0.63), (4.06e6, 0.70)),
-                                            (1.25, (5.26e6, 1.01), (5.53e6, 1.11)),
-                                            (1.4, (6.10e6, 1.17), (6.44e6, 1.29))]
-            for aa, (params, gflops) in ((False, plain), (True, augmented))]),
+        input=(224, 224, 3), classes=1000, params="all", rows=list(_mnasnet_rows())),
 }
 
-# Where our count and a paper's differ by more than the tolerance, the arithmetic.
-NOTES = """\
-## Notes on the rows that differ
-
-- KANet_KV / KANet_QKV / MobileNetV2 + KAO (+3.3%): our MAdd projects V on the
-  full grid, Σ N·c² = 28²·32² + 14²·(4·64² + 2·96²) + 7²·3·160² = 11.39m over the
-  attention modules. The projection is linear, so applying it to the Kronecker
-  summaries instead ((h+w)·c²) is equivalent; that is what the KAO numbers
-  imply: 297.7 − 11.4 = 286.3m (paper 288m, −0.6%), 290.4 − 11.4 = 279.0m (281m,
-  −0.7%), 307.9 − 11.4 = 296.5m (298m, −0.5%). Left as is: our layer projects V
-  before the operator, like every other GlobalAttention operator.
-- AA-Wide-ResNet (+14%): our MAdd includes the attention matmuls, N²·(dk+dv)
-  per block = 1024²·176·4 + 256²·192·4 + 64²·224·4 = 792m (dk = 8 heads × 20 at
-  32²). Convolutions alone (the qkv and output 1×1s included) give 5,335m MAdd =
-  10.67 GFlops against the paper's 10.9 (−2.1%): the paper's GFlops leave the
-  attention matmuls out.
-- KANet w/o KAO (−2.5% MAdd; parameters −0.08%): KAO Sec. 4.4 builds it "based on
-  KANet_KV, we replace all AttnSkipModules by BaseModules", so KANet's BaseSkipModules stay
-  (`base="mixed"`). It is not MobileNetV2: the six BaseSkipModules outside the attention
-  positions expand to (r−1)·c and concatenate the input, saving c² parameters and h·w·c²
-  MAdd each, Σ c² = 16² + 24² + 24² + 32² + 32² + 96² = 12,672 parameters (3,469,760 →
-  3,457,088 = 3.46m, the paper's 3.46m; MobileNetV2 is 3.47m) and 112²·16² + 2·56²·24² +
-  2·28²·32² + 14²·96² = 10.24m MAdd (300.8m → 290.5m). The paper's 298m (−2m) is not that:
-  only the 96→160 block's expansion alone (−9,216 parameters, −1.81m) gives both −0.01m and
-  −2m, which nothing in the text supports; 298m also repeats the MobileNetV2+KAO row.
-- SENet (−5.4%) and AttnNet 1/N (−5.5%): the SAO paper does not describe its
-  SENet block or the head split of Attn1/N; ours are an SE gate with reduction 2
-  and no biases on the attention path (which matches the 3.44m parameters) and
-  the 1/N operator with 4 heads (N·c²/2 per module). Not bent to fit.
-- AA Tables 2, 3, 6: parameters are all trainable ones (the ResNet convention:
-  ResNet-50 25,557,032 = 25.6M; kernels alone, 25,502,912, would give AA-ResNet-50
-  25.71M against 25.8M). AA MAdd (+2.6% to +9.4%): as for AA-Wide-ResNet, the
-  paper's GFlops leave out the attention matmuls, N²·(dk+dv) + N·(2h−1+2w−1)·dk
-  per layer with dk = 8 heads × 20. AA-ResNet-50: stage 2 (attention on 14²
-  after the 3×3/2 pooling, dv = 16) 4 × 8.45m + stage 3 (14², dv = 24) 6 × 8.76m
-  + stage 4 (7², dv = 48) 3 × 0.70m = 88.5m, plus 1.1m of bilinear upsampling
-  in stage 2: 4,291m − 89.6m = 4,201m of convolutions and classifier = 8.40
-  GFlops against 8.3 (+1.2%). Convolutions and classifier alone against the
-  paper: AA-ResNet-34 3,597m (+1.3%; attention 103m), AA-ResNet-101 8,025m
-  (−0.3%; 239m), AA-ResNet-152 11,899m (−0.0%; 387m), κ=υ=0.25 4,012m (+1.6%;
-  103m), 0.5 3,717m (+1.8%; 127m), 0.75 3,461m (+1.8%; 160m), 1.0 3,241m
-  (+2.9%; 203m).
-- AA-MnasNet (+9% to +12% MAdd; parameters within 0.2%): Table 4 adds 350 − 315
-  = 35m MAdd at width 1.0 (±5m of rounding). Our 13 augmented expansion convs
-  add 80.5m: 22.1m of convolutions (the extra q/k channels and the dv² output
-  conv), 57.7m of attention matmuls and 0.8m of bilinear upsampling. The
-  convolutions plus the attention of only the nine 14²/7² blocks already give
-  22.1 + 19.8 = 41.9m > 35m, so the paper's GFlops cannot include the attention
-  matmuls; without them AA-MnasNet is 237.5m / 333.6m / 539.3m / 629.1m
-  (−6.9% / −4.7% / −2.8% / −2.5%): no single convention lands within 3% at
-  every width. Not bent to fit; the arithmetic is in attention_lab/models/mnasnet.py.
-"""
+# The segmentation models at 513² (label, name, classes, overrides, paper params): the Ham
+# paper gives the ablation model's (Table 2: baseline 32.67M, Hamburger +0.50M), KAO none.
+_ABLATION = dict(depth=50, output_stride=16, stem="standard", multi_grid=(1,))
+SEGMENTATION = [
+    ("DeepLabV2 ASPP (ResNet-101, OS 8) — KAO T5", "deeplab_v2", 21, dict(head="aspp"), None),
+    ("DeepLabV2 + Attn — KAO T5", "deeplab_v2", 21, dict(head="attention"), None),
+    ("DeepLabV2 + KAO_KV — KAO T5", "deeplab_v2", 21, dict(head="kronecker_kv"), None),
+    ("DeepLabV2 + KAO_QKV — KAO T5", "deeplab_v2", 21, dict(head="kronecker_qkv"), None),
+    ("HamNet (ResNet-101, OS 8, deep stem, VOC) — Ham T4", "hamnet", 21, {}, None),
+    ("HamNet ADE20K (150 classes, ResNetV1c 32-32-64 stem, + FCN aux head)", "hamnet", 150,
+     dict(aux_head=True, stem_widths=ade20k_hamnet.get_config().model.stem_widths), None),
+    ("Ham ablation baseline (ResNet-50, OS 16, no Hamburger) — Ham T2", "hamnet", 21,
+     dict(_ABLATION, ham_options={"without": ("hamburger",)}), 32.67e6),
+    ("Ham ablation basic (ResNet-50, OS 16, NMF) — Ham T2", "hamnet", 21, _ABLATION,
+     32.67e6 + 0.50e6),
+]
 
 
 def build_abstract(name, num_classes=1000, **overrides):
@@ -202,27 +162,23 @@ def forward_madd(model, input_shape) -> int:
   return count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
 
 
-def forward_costs(model, input_shape) -> tuple[int, float]:
-  """(MAdd by the jaxpr count, XLA cost-analysis flops / 2) of one forward pass at batch 1."""
+def xla_flops_half(model, input_shape) -> float:
+  """XLA's cost-analysis flops / 2 of one forward pass at batch 1 (norms, activations too)."""
+  from experiments import measure  # pylint: disable=g-import-not-at-top
   forward, state = _eval_forward(model)
-  x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-  cost = jax.jit(forward).lower(state, x).compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return forward_madd(model, input_shape), cost.get("flops", float("nan")) / 2
+  return measure.compile_fn(forward, state, jax.ShapeDtypeStruct((1, *input_shape),
+                                                                 jnp.float32))[1]["xla_flops"] / 2
 
 
-def _rel(ours, paper):
-  return None if paper is None else (ours - paper) / paper
+def _delta(ours, paper):
+  return "" if paper is None else f"{100 * (ours - paper) / paper:+.2f}%"
 
 
-def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
-  lines, records = ["# Model parameters and MAdd beside the papers", ""], []
-  lines.append(
-      "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch norm; "
-      "MAdd = multiply-adds of convolutions and dot products at batch 1 (XLA's own "
-      "flops/2, which also counts norms and activations, beside it).")
+def classification():
+  lines, records = ["# Model parameters and MAdd beside the papers", "",
+                    "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch "
+                    "norm; MAdd = multiply-adds of convolutions and dot products at batch 1 "
+                    "(XLA's own flops/2, which also counts norms and activations, beside it)."], []
   for title, table in TABLES.items():
     lines += ["", f"## {title}", "",
               "| model | registry name | params (all) | params (paper conv.) | paper | Δ | "
@@ -230,23 +186,48 @@ def main(argv):
     for label, name, paper_params, paper_madd, *overrides in table["rows"]:
       model = build_abstract(name, table["classes"], **(overrides[0] if overrides else {}))
       total, kernels = count_params(model)
-      madd, xla = forward_costs(model, table["input"])
+      madd, xla = forward_madd(model, table["input"]), xla_flops_half(model, table["input"])
       ours = total if table.get("params") == "all" else kernels
-      dp, dm = _rel(ours, paper_params), _rel(madd, paper_madd)
-      fmt = lambda d: "" if d is None else f"{100 * d:+.2f}%"
-      paper_p = "" if paper_params is None else f"{paper_params:,.0f}"
-      paper_m = "" if paper_madd is None else f"{paper_madd / 1e6:.0f}m"
-      lines.append(f"| {label} | `{name}` | {total:,} | {kernels:,} | {paper_p} | {fmt(dp)} | "
-                   f"{madd / 1e6:.1f}m | {xla / 1e6:.1f}m | {paper_m} | {fmt(dm)} |")
+      lines.append(
+          f"| {label} | `{name}` | {total:,} | {kernels:,} | "
+          f"{'' if paper_params is None else f'{paper_params:,.0f}'} | {_delta(ours, paper_params)} | "
+          f"{madd / 1e6:.1f}m | {xla / 1e6:.1f}m | "
+          f"{'' if paper_madd is None else f'{paper_madd / 1e6:.0f}m'} | {_delta(madd, paper_madd)} |")
       records.append(dict(table=title, label=label, model=name, params_all=total,
                           params_paper_convention=kernels, paper_params=paper_params,
                           madd=madd, xla_flops_half=xla, paper_madd=paper_madd))
       print(lines[-1], flush=True)
-  out = pathlib.Path(__file__).parent / "results"
-  (out / "model_stats.md").write_text("\n".join(lines) + "\n\n" + NOTES)
-  (out / "model_stats.json").write_text(json.dumps(records, indent=1))
-  plots.model_stats_plot()  # model_stats.png, linked from the markdown
+  return "model_stats", records, lines + ["", "Plot (ours − paper per row, %): "
+                                          "[model_stats.png](model_stats.png)"]
+
+
+def segmentation_models():
+  lines, records = ["# Segmentation models: parameters and MAdd at 513×513", "",
+                    "All trainable parameters (BN included); MAdd of convolutions and dot "
+                    "products at batch 1 from the traced forward pass (experiments/model_stats.py).",
+                    "", "| model | params | paper params | MAdd at 513² |", "|---|---|---|---|"], []
+  for label, name, classes, overrides, paper in SEGMENTATION:
+    model = build_abstract(name, classes, **overrides)
+    params, madd = count_params(model)[0], forward_madd(model, (513, 513, 3))
+    records.append(dict(model=label, params=params, paper_params=paper, madd=madd))
+    lines.append(f"| {label} | {params / 1e6:.2f}M ({params:,}) | "
+                 f"{'—' if paper is None else f'{paper / 1e6:.2f}M'} | {madd / 1e9:.1f}G |")
+    print(lines[-1], flush=True)
+  return "segmentation_models", records, lines + [
+      "", "Plot (parameters and MAdd per model): [segmentation_models.png](segmentation_models.png)"]
+
+
+def main(argv):
+  from experiments import measure, plots  # pylint: disable=g-import-not-at-top
+  tables = {"classification": classification, "segmentation": segmentation_models}
+  if len(argv) > 2 or argv[1:] and argv[1] not in tables:
+    cli.fail(f"unexpected arguments {argv[1:]}; the one argument is optional: "
+             f"{' or '.join(tables)} (default classification)")
+  stem, records, lines = tables[argv[1] if len(argv) > 1 else "classification"]()
+  measure.write(measure.RESULTS, stem, records, "\n".join(lines) + "\n")
+  plots.draw(stem)
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  from experiments import measure as _measure  # pylint: disable=g-import-not-at-top
+  _measure.run(main)

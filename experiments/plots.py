@@ -1,16 +1,13 @@
-"""Plots of the paper tables from their saved results JSON (nothing is re-measured).
+"""The results' plots, drawn from their saved JSON with ours beside the papers' numbers.
 
-  python -m experiments.plots
+  python -m experiments.plots    # redraws every plot of `PLOTS` (nothing is re-measured)
 
-One PNG per table that had none, written beside its results file and linked from it:
-SAO Table 5 (sao_table5.png), Refined-SA Tables 2-3 (isa_tables.png) and AA Table 9
-(aa_table9.png), also drawn by experiments.efficiency when it writes those tables; AA
-Table 9's counts (aa_table9_counts.png, made by experiments/aa_table9_counts.py with
-`grouped_bars`), the model counts (model_stats.png), Ham Table 9 (ham_table9.png, by
-experiments/ham_table9.py). Each panel puts ours beside the paper's numbers.
+One helper per plot shape (`grouped_bars`, `delta_bars`, `sweep_plot`); each table's entry
+of `PLOTS` turns its JSON into that shape's arguments.
 """
 
 import json
+import math
 import pathlib
 
 import matplotlib
@@ -22,201 +19,180 @@ import numpy as np  # noqa: E402  pylint: disable=g-import-not-at-top
 RESULTS = pathlib.Path(__file__).parent / "results"
 
 
+def _save(fig, path, title, dpi=110):
+  fig.suptitle(title, fontsize=8 if "\n" in title else None)
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  plt.close(fig)
+  return pathlib.Path(path)
+
+
 def grouped_bars(path, title: str, groups, panels, *, log: bool = False, rotate: int = 0,
                  ylims=None):
-  """Side-by-side panels of grouped bars. panels: [(ylabel, {series: values per group})];
-  a value None leaves its bar out; ylims: a (low, high) or None per panel. Returns the path."""
-  fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 0.9 * len(groups) + 2) *
-                                                    len(panels), 4.2), squeeze=False)
+  """Panels of grouped bars; panels: [(ylabel, {series: value per group, None: no bar})],
+  ylims: a (low, high) or None per panel. Returns the path."""
+  fig, axes = plt.subplots(1, len(panels), squeeze=False,
+                           figsize=(max(5.0, 0.9 * len(groups) + 2) * len(panels), 4.2))
+  x = np.arange(len(groups))
   for ax, (ylabel, series), ylim in zip(axes[0], panels, ylims or [None] * len(panels)):
     width = 0.8 / len(series)
-    x = np.arange(len(groups))
     for i, (name, values) in enumerate(series.items()):
-      heights = [np.nan if v is None else v for v in values]
-      ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=name)
+      ax.bar(x + (i - (len(series) - 1) / 2) * width, [np.nan if v is None else v for v in values],
+             width, label=name)
     ax.set_xticks(x)
     ax.set_xticklabels(groups, rotation=rotate, ha="right" if rotate else "center", fontsize=8)
-    ax.set_ylabel(ylabel)
-    if log:
-      ax.set_yscale("log")
-    if ylim:
-      ax.set_ylim(*ylim)
+    ax.set(ylabel=ylabel, yscale="log" if log else "linear", ylim=ylim)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
-  fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
-
-
-def sweep_plot(config, sweep, path, labels: dict, machine_line: str):
-  """Time and XLA memory of every operator against the grid's positions (log-log); the
-  programs over the memory budget as crosses on the memory panel."""
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-  mb = 1e6
-  for op in dict.fromkeys(p["operator"] for p in sweep):
-    pts = [p for p in sweep if p["operator"] == op]
-    timed = [p for p in pts if p["time_s"] is not None]
-    line, = axes[0].loglog([p["positions"] for p in timed], [1e3 * p["time_s"] for p in timed],
-                           "o-", label=labels[op])
-    axes[1].loglog([p["positions"] for p in pts], [p["total_bytes"] / mb for p in pts], "o-",
-                   color=line.get_color(), label=labels[op])
-    over = [p for p in pts if p["time_s"] is None]
-    if over:
-      axes[1].loglog([p["positions"] for p in over], [p["total_bytes"] / mb for p in over], "x",
-                     color=line.get_color(), markersize=10)
-  axes[1].axhline(config.memory_budget_gib * 2**30 / mb, color="k", ls="--", lw=0.8,
-                  label=f"budget {config.memory_budget_gib} GiB")
-  for ax, ylabel in zip(axes, ("time (ms, median)", "XLA memory, temp+args+out (MB)")):
-    ax.set_xlabel("spatial positions H·W")
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-  fig.suptitle(f"{config.title}\n{config.sweep_note}\n{machine_line}", fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
-
-
-def _load(name):
-  return json.loads((RESULTS / f"{name}.json").read_text())
-
-
-def link(md_name: str, png_name: str, caption: str) -> None:
-  """Adds '<caption>: [png](png)' to the end of a results markdown file, once."""
-  md = RESULTS / md_name
-  text = md.read_text()
-  line = f"{caption}: [{png_name}]({png_name})"
-  if f"]({png_name})" not in text:
-    md.write_text(text.rstrip("\n") + "\n\n" + line + "\n")
+  return _save(fig, path, title)
 
 
 def delta_bars(path, title: str, labels, panels):
-  """Horizontal bars of ours − paper in percent, one row per label. panels:
-  [(xlabel, [Δ% or None per label])]; None (the paper gives no number) leaves a gap."""
+  """Horizontal bars of ours − paper (%), one row per label; panels: [(xlabel, [Δ or None])].
+  Dashed: ±3%; red: beyond."""
   fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 0.24 * len(labels) + 1.4),
                            sharey=True, squeeze=False)
   y = np.arange(len(labels))
   for ax, (xlabel, deltas) in zip(axes[0], panels):
     values = np.array([np.nan if d is None else d for d in deltas])
-    ax.barh(y, values, color=["tab:red" if abs(v) > 3 else "tab:blue" for v in
-                              np.nan_to_num(values)])
-    ax.axvline(0, color="black", lw=0.8)
-    for edge in (-3, 3):
-      ax.axvline(edge, color="gray", lw=0.6, ls="--")
+    ax.barh(y, values, color=["tab:red" if abs(v) > 3 else "tab:blue"
+                              for v in np.nan_to_num(values)])
+    for edge, style in ((0, "-"), (-3, "--"), (3, "--")):
+      ax.axvline(edge, color="black" if edge == 0 else "gray", lw=0.7, ls=style)
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
-  axes[0][0].set_yticks(y)
-  axes[0][0].set_yticklabels(labels, fontsize=7)
+  axes[0][0].set_yticks(y, labels, fontsize=7)
   axes[0][0].invert_yaxis()
-  fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
+  return _save(fig, path, title)
 
 
-def model_stats_plot():
-  """Ours − paper (%) of every counted model that the papers give a number for."""
+def sweep_plot(config, sweep, path, labels: dict, machine_line: str):
+  """Time and XLA memory of every operator against the grid's positions (log-log); programs
+  over the memory budget as crosses on the memory panel."""
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  for op in dict.fromkeys(p["operator"] for p in sweep):
+    pts = [p for p in sweep if p["operator"] == op]
+    timed = [p for p in pts if p["time_s"] is not None]
+    line, = axes[0].loglog([p["positions"] for p in timed], [1e3 * p["time_s"] for p in timed],
+                           "o-", label=labels[op])
+    for points, style in ((pts, "o-"), ([p for p in pts if p["time_s"] is None], "x")):
+      axes[1].loglog([p["positions"] for p in points], [p["total_bytes"] / 1e6 for p in points],
+                     style, color=line.get_color(), markersize=10 if style == "x" else 6,
+                     label=labels[op] if style == "o-" else None)
+  axes[1].axhline(config.memory_budget_gib * 2**30 / 1e6, color="k", ls="--", lw=0.8,
+                  label=f"budget {config.memory_budget_gib} GiB")
+  for ax, ylabel in zip(axes, ("time (ms, median)", "XLA memory, temp+args+out (MB)")):
+    ax.set(xlabel="spatial positions H·W", ylabel=ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+  return _save(fig, path, f"{config.title}\n{config.sweep_note}\n{machine_line}", dpi=100)
+
+
+# ----------------------------------------------------------------------------------------------
+# Each table's JSON → (shape, title, groups or labels, panels, options).
+
+
+def _model_stats(records):
   from experiments.model_stats import TABLES  # pylint: disable=g-import-not-at-top
-  labels, d_params, d_madd = [], [], []
-  for r in _load("model_stats"):
-    if r["paper_params"] is None and r["paper_madd"] is None:
-      continue
-    # Compared as model_stats.md does: all trainable parameters where the table says so.
-    paper_all = TABLES.get(r["table"], {}).get("params") == "all"
-    ours = r["params_all"] if paper_all else r["params_paper_convention"]
-    tag = r["table"].split(" (")[0]
-    labels.append(f"{r['label'].split(' (')[0]} [{tag}]")
-    d_params.append(None if r["paper_params"] is None else
-                    100 * (ours - r["paper_params"]) / r["paper_params"])
-    d_madd.append(None if r["paper_madd"] is None else
-                  100 * (r["madd"] - r["paper_madd"]) / r["paper_madd"])
-  path = delta_bars(RESULTS / "model_stats.png",
-                    "Model counts: ours − paper (dashed: ±3%; red: beyond)", labels,
-                    [("parameters Δ (%)", d_params), ("MAdd Δ (%)", d_madd)])
-  link("model_stats.md", path.name, "Plot (ours − paper per row, %)")
+  rows = [r for r in records if r["paper_params"] is not None or r["paper_madd"] is not None]
+  delta = lambda ours, paper: None if paper is None else 100 * (ours - paper) / paper
+  ours = lambda r: r["params_all" if TABLES[r["table"]].get("params") == "all"
+                     else "params_paper_convention"]
+  return (delta_bars, "Model counts: ours − paper (dashed: ±3%; red: beyond)",
+          [f"{r['label'].split(' (')[0]} [{r['table'].split(' (')[0]}]" for r in rows],
+          [("parameters Δ (%)", [delta(ours(r), r["paper_params"]) for r in rows]),
+           ("MAdd Δ (%)", [delta(r["madd"], r["paper_madd"]) for r in rows])], {})
 
 
-def segmentation_models_plot():
-  """Parameters and MAdd at 513² of each segmentation model, the paper's parameters beside
-  ours where it gives them (Ham Table 2)."""
-  rows = _load("segmentation_models")
-  groups = [r["model"].split(" (")[0].split(" — ")[0] for r in rows]
-  path = grouped_bars(
-      RESULTS / "segmentation_models.png", "Segmentation models at 513×513", groups,
-      [("parameters (M)", {"ours": [r["params"] / 1e6 for r in rows],
-                           "paper": [r["paper_params"] and r["paper_params"] / 1e6
-                                     for r in rows]}),
-       ("MAdd (G)", {"ours": [r["madd"] / 1e9 for r in rows]})], rotate=30)
-  link("segmentation_models.md", path.name, "Plot (parameters and MAdd per model)")
+def _segmentation_models(rows):
+  return (grouped_bars, "Segmentation models at 513×513",
+          [r["model"].split(" (")[0].split(" — ")[0] for r in rows],
+          [("parameters (M)", {"ours": [r["params"] / 1e6 for r in rows],
+                               "paper": [r["paper_params"] and r["paper_params"] / 1e6
+                                         for r in rows]}),
+           ("MAdd (G)", {"ours": [r["madd"] / 1e9 for r in rows]})], dict(rotate=30))
 
 
-def sao_table5_plot(result, path):
-  """Memory and time ratios against each comparison's baseline, ours beside the paper's."""
+def _sao_table5(result):
   rows = result["rows"]
-  groups = [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows]
-  panels = [(f"{what} ratio to the baseline", {
-      "paper": [r.get(f"paper_{what}_ratio") for r in rows],
-      "ours": [r[f"{what}_ratio"] for r in rows]}) for what in ("memory", "time")]
-  return grouped_bars(path, "SAO Table 5: training-step memory and time (ratios)", groups,
-                      panels, rotate=60)
+  return (grouped_bars, "SAO Table 5: training-step memory and time (ratios)",
+          [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows],
+          [(f"{what} ratio to the baseline", {"paper": [r.get(f"paper_{what}_ratio") for r in rows],
+                                              "ours": [r[f"{what}_ratio"] for r in rows]})
+           for what in ("memory", "time")], dict(rotate=60))
 
 
-def isa_tables_plot(result, path):
-  """Forward / backward speed-ups over SAGAN and the largest batch, ours beside the paper's."""
+def _isa_tables(result):
   rows = result["rows"]
   base = rows[0]["paper"]
-  groups = [r["variant"].upper() for r in rows]
   largest = lambda v: float(str(v).replace("≥", "").strip())
-  panels = [
-      ("forward speed-up over SAGAN", {"paper": [base[0] / r["paper"][0] for r in rows],
-                                       "ours": [r["forward"]["speedup"] for r in rows]}),
-      ("backward speed-up over SAGAN", {"paper": [base[1] / r["paper"][1] for r in rows],
-                                        "ours": [r["train"]["speedup"] for r in rows]}),
-      ("largest batch (paper: 11 GB GPU; ours: 11 GiB)", {
-          "paper": [largest(r["paper"][2]) for r in rows],
-          "ours": [r["largest_batch"] or 0 for r in rows]})]
-  return grouped_bars(path, "Refined-SA Tables 2-3", groups, panels)
+  return (grouped_bars, "Refined-SA Tables 2-3", [r["variant"].upper() for r in rows], [
+      (f"{what} speed-up over SAGAN", {"paper": [base[i] / r["paper"][i] for r in rows],
+                                       "ours": [r[key]["speedup"] for r in rows]})
+      for i, what, key in ((0, "forward", "forward"), (1, "backward", "train"))] + [
+          ("largest batch (paper: 11 GB GPU; ours: 11 GiB)", {
+              "paper": [largest(r["paper"][2]) for r in rows],
+              "ours": [r["largest_batch"] or 0 for r in rows]})], {})
 
 
-def aa_table9_plot(result, path):
-  """Per stage: the attention maps' bytes by arithmetic (bfloat16, the paper's; float32, ours)
-  beside XLA's temporaries of the attention op alone."""
+def _aa_table9(result):
   rows = result["rows"]
-  kb = lambda b: b / 1024
-  panels = [("KB per layer (log)", {
-      "paper: Nh·(HW)² bf16": [kb(r["maps_bf16_bytes"]) for r in rows],
-      "ours: Nh·(HW)² f32": [kb(r["maps_f32_bytes"]) for r in rows],
-      "XLA temp, op inference": [kb(r["op_infer"]["temp_bytes"]) for r in rows],
-      "XLA temp, op training": [kb(r["op_train"]["temp_bytes"]) for r in rows]})]
-  return grouped_bars(path, "AA Table 9: attention-map memory per layer",
-                      [r["stage"] for r in rows], panels, log=True)
+  return (grouped_bars, "AA Table 9: attention-map memory per layer", [r["stage"] for r in rows],
+          [("KB per layer (log)", {
+              "paper: Nh·(HW)² bf16": [r["maps_bf16_bytes"] / 1024 for r in rows],
+              "ours: Nh·(HW)² f32": [r["maps_f32_bytes"] / 1024 for r in rows],
+              "XLA temp, op inference": [r["op_infer"]["temp_bytes"] / 1024 for r in rows],
+              "XLA temp, op training": [r["op_train"]["temp_bytes"] / 1024 for r in rows]})],
+          dict(log=True))
 
 
-TABLE_PLOTS = {  # an efficiency table's name: (plot, caption of its link)
-    "sao_table5": (sao_table5_plot, "Plot (ratios, ours beside the paper's)"),
-    "isa_tables": (isa_tables_plot, "Plot (ours beside the paper's; paper's ≥ 1024 drawn at "
-                                    "1024)"),
-    "aa_table9": (aa_table9_plot, "Plot (per layer, log scale)")}
+def _aa_table9_counts(r):
+  k, m = (lambda vs: [v / 1e3 for v in vs]), (lambda vs: [v / 1e6 for v in vs])
+  return (grouped_bars, "AA Table 9 per attention layer of AA-ResNet-50", r["stages"], [
+      ("parameters (k)", {"paper": k(r["paper_params"]), "ours (dk = κ·Fout)": k(r["ours_params"]),
+                          "convs, dk = 160": k(r["convention_params"])}),
+      ("FLOPS (M)", {"paper": m(r["paper_flops"]), "ours (whole AA layer MAdd)": m(r["ours_flops"]),
+                     "nearest convention": m(r["convention_flops"])})], {})
+
+
+def _ham_table9(rows):
+  from experiments.ham_table9 import RANK  # pylint: disable=g-import-not-at-top
+  log_r = math.log(RANK)
+  return (grouped_bars, "Ham Table 9: CD temperature T", [f"T = {r['temperature']:g}" for r in rows],
+          [("paper VOC val mIoU (%)", {"best": [r["paper_miou_best"] for r in rows],
+                                       "mean": [r["paper_miou_mean"] for r in rows]}),
+           ("ours: CD solver on synthetic tokens", {
+               "reconstruction error": [r["reconstruction_error"] for r in rows],
+               "initial-code entropy / log r": [r["code_entropy"] / log_r for r in rows]})],
+          dict(ylims=[(76.5, 78.5), None]))
+
+
+PLOTS = {"model_stats": _model_stats, "segmentation_models": _segmentation_models,
+         "sao_table5": _sao_table5, "isa_tables": _isa_tables, "aa_table9": _aa_table9,
+         "aa_table9_counts": _aa_table9_counts, "ham_table9": _ham_table9}
+# The efficiency tables with a plot, and the caption of its link in their markdown.
+TABLE_PLOTS = {"sao_table5": "Plot (ratios, ours beside the paper's)",
+               "isa_tables": "Plot (ours beside the paper's; paper's ≥ 1024 drawn at 1024)",
+               "aa_table9": "Plot (per layer, log scale)"}
+
+
+def draw(name: str, result=None, out_dir=RESULTS, stem: str | None = None) -> pathlib.Path:
+  """Draws <out_dir>/<stem or name>.png from `result` (default: the saved <name>.json)."""
+  result = result or json.loads((RESULTS / f"{name}.json").read_text())
+  plot, title, groups, panels, options = PLOTS[name](result)
+  return plot(pathlib.Path(out_dir) / f"{stem or name}.png", title, groups, panels, **options)
 
 
 def table_plot(name: str, result, out_dir=RESULTS, stem: str | None = None) -> str:
-  """Draws <out_dir>/<stem or name>.png of an efficiency table's result; returns the markdown
-  line that links it (experiments.efficiency appends it to the table)."""
-  plot, caption = TABLE_PLOTS[name]
-  path = plot(result, pathlib.Path(out_dir) / f"{stem or name}.png")
-  return f"{caption}: [{path.name}]({path.name})"
+  """Draws an efficiency table's plot; returns the markdown line that links it."""
+  path = draw(name, result, out_dir, stem)
+  return f"{TABLE_PLOTS[name]}: [{path.name}]({path.name})"
 
 
 def main(argv):
   del argv
-  model_stats_plot()
-  segmentation_models_plot()
-  for name, (plot, caption) in TABLE_PLOTS.items():
-    link(f"{name}.md", plot(_load(name), RESULTS / f"{name}.png").name, caption)
+  for name in PLOTS:
+    print(draw(name))
 
 
 if __name__ == "__main__":
