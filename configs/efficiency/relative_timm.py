@@ -12,12 +12,11 @@ num_heads=8, dim_head=32)` runs beside it when torch and timm are installed
 float32 (HW)² attention and relative logits alone are 2 × 10 GB per pass).
 Plus XLA temporaries and kernel / byte counts for ours, and `aa_resnet`
 (AA-ResNet-50 vs ResNet-50 forward + backward at 224², batch `resnet_batch`).
-The "before" columns of experiments/results/relative_timm.{md,json} are the
-unchunked operator that preceded the blocked custom VJP (git history:
-experiments/relative_timm.py at 1ab22cf).
+The notes of experiments/results/relative_timm.md compare the operator before its blocked
+custom VJP.
 
-Goals: after ≤ timm in time at every size where timm runs (forward
-+ backward and forward alone); after's temporaries at 56² ≤ 0.5 GiB; AA-ResNet-50
+Goals: ours ≤ timm in time at every size where timm runs (forward
++ backward and forward alone); our temporaries at 56² ≤ 0.5 GiB; AA-ResNet-50
 ≤ 1.15× ResNet-50. Writes experiments/results/relative_timm.{md,json}.
 Hardware/runtime: 3 min on a quiet 2-core CPU for 14²-56² and the ResNets; 112² adds
 minutes per sample (`sides` to narrow).
