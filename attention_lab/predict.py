@@ -59,7 +59,6 @@ import math
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -95,7 +94,7 @@ def restore(config, workdir: str):
   """(task, state, step): the config's task (any task) and the newest checkpoint in
   `workdir`, read only, in the loop's shardings. cli.ConfigError when the workdir holds no
   checkpoint."""
-  from attention_lab.train import tasks, trainer
+  from attention_lab.train import checkpointing, tasks, trainer
   steps = checkpoint_steps(workdir)
   if not steps:
     raise cli.ConfigError(
@@ -107,25 +106,18 @@ def restore(config, workdir: str):
   task = tasks.create(config, env)
   abstract = jax.eval_shape(task.init_state)
   shardings = trainer.state_shardings(abstract, mesh, config.mesh.param_sharding)
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-  def target(like, sharding):
-    if jnp.issubdtype(like.dtype, jax.dtypes.prng_key):  # stored as raw key data
-      data = jax.eval_shape(jax.random.key_data, like)
-      return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=replicated)
-    return jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=sharding)
 
   folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
   with ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(read_only=True)) as m:
     try:
       restored = m.restore(steps[-1], args=ocp.args.StandardRestore(
-          jax.tree.map(target, abstract, shardings)))
+          checkpointing.restore_target(abstract, shardings)))
     except Exception as e:  # pylint: disable=broad-except
       raise cli.ConfigError(
           f"checkpoint step {steps[-1]} in {folder} does not restore into this config's "
           f"state ({str(e).splitlines()[0][:200]}); give the --config the run was trained "
           "with") from e
-  return task, trainer._unstorable(restored, abstract), steps[-1]  # pylint: disable=protected-access
+  return task, checkpointing.unstorable(restored, abstract), steps[-1]
 
 
 def _host(x) -> np.ndarray:

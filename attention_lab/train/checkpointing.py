@@ -1,5 +1,8 @@
-"""The workdir's checkpoint policy: what a run does when saving or restoring fails, and
-the record of the config a workdir was started with.
+"""The workdir's checkpoints: their format, what a run does when saving or restoring
+fails, and the record of the config a workdir was started with.
+
+- The format: the state pytree as orbax saves it, typed PRNG keys as their raw uint32 key
+  data (`storable`, `unstorable`), restored replicated (`restore_target`).
 
 - Saving (orbax, asynchronous): a failure (no space, no permission, quota) may surface in
   the save call or later, while waiting for the write; either way it becomes one
@@ -7,6 +10,9 @@ the record of the config a workdir was started with.
   finalise the failed step, so the latest checkpoint stays the last good one; its partial
   `<step>.orbax-checkpoint-tmp*` folder is removed at once, and any left by a killed run is
   removed when the next run starts.
+- Writing the workdir's other files (config record, parameter table, TensorBoard logs)
+  on a full disk, over quota or on a read-only filesystem: one `WriteError` line naming
+  the file, the latest checkpoint and what to do (`write_fault`).
 - Restoring: the newest step that restores wins. Newer steps that fail to restore are
   moved aside to `<step>.damaged` (one warning line each), but only once an older step has
   restored: when none restores (damage everywhere, or a state structure the code no longer
@@ -28,9 +34,13 @@ import shutil
 import sys
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from attention_lab import cli
 
@@ -49,13 +59,58 @@ OPERATIONAL_FIELDS = (
     "eval.batch_size", "eval.stats_dir", "eval.inception_path", "eval.classifier_workdir",
 )
 
+# Fields that were renamed, as (old, new), so that a workdir recorded under the old names
+# resumes; a name ending in "." renames the whole subtree.
+RENAMED_FIELDS = (
+    ("evaluation.", "eval."),  # restoration
+    ("inference.", "eval."),  # detection
+    ("eval_max_batches", "eval.max_batches"),  # detection
+)
+
+
+def is_key(x) -> bool:
+  """A typed PRNG key array, or its abstract ShapeDtypeStruct."""
+  return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
+
+
+def storable(state):
+  """`state` as saved: typed PRNG keys become their raw uint32 key data."""
+  return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, state)
+
+
+def unstorable(restored, like):
+  """Undoes `storable`, given the (abstract) state it came from."""
+  return jax.tree.map(
+      lambda r, x: jax.random.wrap_key_data(r, impl=x.dtype._impl) if is_key(x) else r,  # pylint: disable=protected-access
+      restored, like)
+
+
+def restore_target(abstract, shardings):
+  """What orbax restores `abstract` (the state's ShapeDtypeStructs) into: each array in its
+  sharding, a key as its raw key data, replicated over the same mesh."""
+
+  def target(like, sharding):
+    if is_key(like):
+      data = jax.eval_shape(jax.random.key_data, like)
+      return jax.ShapeDtypeStruct(data.shape, data.dtype,
+                                  sharding=NamedSharding(sharding.mesh, P()))
+    return jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=sharding)
+
+  return jax.tree.map(target, abstract, shardings)
+
 
 class CheckpointError(RuntimeError):
-  """A checkpoint could not be saved or restored; the message is one line."""
+  """The workdir's checkpoints or files could not be written or read; the message is one
+  line."""
 
 
 class SaveError(CheckpointError):
   """Saving a step failed; the latest checkpoint is the last good one."""
+
+
+class WriteError(CheckpointError):
+  """Writing a workdir file (the config record, the parameter table, TensorBoard logs)
+  failed for want of space or write access; the latest checkpoint is the last good one."""
 
 
 class RestoreError(CheckpointError):
@@ -74,18 +129,33 @@ def _chain(error: BaseException) -> list[BaseException]:
   return chain
 
 
-def _reason(error: BaseException) -> str:
-  """The cause of an I/O error in a few words: the OS error (also when tensorstore wraps it
-  as 'os_error_code=N'), else the first tensorstore status ('OUT_OF_RANGE: ...') in the
-  chain of causes, else the first line of the message; at most 200 characters."""
-  chain = _chain(error)
-  for e in chain:
+# The OS errors that writing meets on a full disk, over quota or a read-only filesystem.
+WRITE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _errno(error: BaseException) -> int | None:
+  """The OS error code in the chain of causes: an `errno`, tensorstore's 'os_error_code=N',
+  or the OS's text of a `WRITE_FAULTS` code in the message (TensorFlow gives only that)."""
+  for e in _chain(error):
     code = getattr(e, "errno", None)
     if code is None:
       match = re.search(r"os_error_code='?(\d+)", str(e))
       code = int(match.group(1)) if match else None
+    if code is None:
+      code = next((c for c in WRITE_FAULTS if os.strerror(c) in str(e)), None)
     if code:
-      return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+      return code
+  return None
+
+
+def _reason(error: BaseException) -> str:
+  """The cause of an I/O error in a few words: the OS error (`_errno`), else the first
+  tensorstore status ('OUT_OF_RANGE: ...') in the chain of causes, else the first line of
+  the message; at most 200 characters."""
+  code = _errno(error)
+  if code:
+    return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+  chain = _chain(error)
   status = [e for e in chain if re.match(r"[A-Z_]{5,}: ", str(e))]
   lines = [line.strip() for line in str((status or chain)[0]).splitlines() if line.strip()]
   text = lines[0] if lines else type(error).__name__
@@ -99,6 +169,26 @@ def _advice(error: BaseException) -> str:
   if "EACCES" in reason or "EPERM" in reason or "EROFS" in reason:
     return "make the workdir writable"
   return "fix the cause"
+
+
+def _what_to_do(error: BaseException, latest: int | None) -> str:
+  """'; <what is kept>. <Advice> and run the same command again to <resume>'."""
+  keep = (f"the latest checkpoint is still step {latest}" if latest is not None
+          else "no checkpoint was saved before it")
+  resume = f"resume from step {latest}" if latest is not None else "start again"
+  return (f"; {keep}. {_advice(error).capitalize()} and run the same command again to "
+          f"{resume}")
+
+
+def write_fault(error: BaseException, workdir: str, latest: int | None) -> WriteError | None:
+  """One `WriteError` line for `error` when it is a `WRITE_FAULTS` error met writing a file
+  (the file it names, else `workdir`), else None; `latest`: the latest checkpoint."""
+  if isinstance(error, CheckpointError) or _errno(error) not in WRITE_FAULTS:
+    return None
+  paths = [e.filename for e in _chain(error) if getattr(e, "filename", None)]
+  paths += [p for p in re.findall(r"/[^\s;:'\"]+", str(error)) if os.path.exists(p)]  # TF's
+  where = paths[0] if paths else f"a file in {workdir}"
+  return WriteError(f"writing {where} failed: {_reason(error)}{_what_to_do(error, latest)}")
 
 
 def _is_primary() -> bool:
@@ -140,13 +230,8 @@ class Checkpoints:
   def _save_error(self, step: int, error: BaseException) -> SaveError:
     self._failed = True
     self._remove_partial(step)
-    latest = self.latest_step()
-    keep = (f"the latest checkpoint is still step {latest}" if latest is not None
-            else "no checkpoint was saved before it")
-    resume = f"resume from step {latest}" if latest is not None else "start again"
-    return SaveError(
-        f"saving checkpoint step {step} in {self.directory} failed: {_reason(error)}; {keep}. "
-        f"{_advice(error).capitalize()} and run the same command again to {resume}")
+    return SaveError(f"saving checkpoint step {step} in {self.directory} failed: "
+                     f"{_reason(error)}{_what_to_do(error, self.latest_step())}")
 
   def _remove_partial(self, step: int) -> None:
     if _is_primary():
@@ -228,6 +313,23 @@ def _flatten(tree, prefix="") -> dict[str, object]:
   return flat
 
 
+def _new_name(path: str) -> str | None:
+  for old, new in RENAMED_FIELDS:
+    if path == old or (old.endswith(".") and path.startswith(old)):
+      return new + path[len(old):]
+  return None
+
+
+def _renamed(flat: dict[str, object]) -> dict[str, object]:
+  """`flat` (dotted paths) with the old names of `RENAMED_FIELDS` as their new ones; a
+  field the record also holds under its new name keeps that value."""
+  out = {path: value for path, value in flat.items() if _new_name(path) is None}
+  for path, value in flat.items():
+    if _new_name(path) is not None:
+      out.setdefault(_new_name(path), value)
+  return out
+
+
 def _operational(path: str) -> bool:
   return any(path == f or (f.endswith(".") and path.startswith(f)) for f in OPERATIONAL_FIELDS)
 
@@ -239,8 +341,9 @@ def _as_json(config: ml_collections.ConfigDict) -> dict:
 def config_changes(recorded: dict, config: ml_collections.ConfigDict) -> tuple[dict, dict]:
   """The fields that differ between a workdir's recorded config and `config`, split into
   (operational, others); each maps a dotted path to (recorded value, new value), a missing
-  field's value being the string '<absent>'."""
-  old, new = _flatten(recorded), _flatten(_as_json(config))
+  field's value being the string '<absent>'. A record's old field names (`RENAMED_FIELDS`)
+  are compared as their new ones."""
+  old, new = _renamed(_flatten(recorded)), _flatten(_as_json(config))
   operational, others = {}, {}
   for path in sorted(set(old) | set(new)):
     before, after = old.get(path, "<absent>"), new.get(path, "<absent>")

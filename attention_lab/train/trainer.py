@@ -17,6 +17,7 @@ reductions (gradients, BatchNorm statistics over the global batch), so the loss
 does not depend on the device count.
 """
 
+import functools
 import time
 
 import jax
@@ -69,23 +70,6 @@ def state_shardings(state, mesh, rule: str):
   return jax.tree.map(spec, state)
 
 
-def _is_key(x):
-  """A typed PRNG key array, or its abstract ShapeDtypeStruct."""
-  return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
-
-
-def _storable(state):
-  """Typed PRNG keys become raw uint32 key data for orbax."""
-  return jax.tree.map(lambda x: jax.random.key_data(x) if _is_key(x) else x, state)
-
-
-def _unstorable(restored, like):
-  """Undoes `_storable`, given the (abstract) state it came from."""
-  return jax.tree.map(
-      lambda r, x: jax.random.wrap_key_data(r, impl=x.dtype._impl) if _is_key(x) else r,  # pylint: disable=protected-access
-      restored, like)
-
-
 class NonFiniteError(RuntimeError):
   """A train step gave a non-finite metric (loss) or state; the run stopped before saving it."""
 
@@ -98,9 +82,28 @@ def _all_finite(tree) -> jax.Array:
   return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
+def _write_faults_in_one_line(method):
+  """`method` of a Trainer, with a full disk (quota, read-only filesystem) met writing the
+  workdir's files raised as one `checkpointing.WriteError` line."""
+
+  @functools.wraps(method)
+  def wrapped(self, *args, **kwargs):
+    try:
+      return method(self, *args, **kwargs)
+    except Exception as e:  # pylint: disable=broad-except
+      checkpoints = getattr(self, "checkpoints", None)
+      fault = checkpointing.write_fault(e, self.workdir, checkpoints and checkpoints.latest_step())
+      if fault is None:
+        raise
+      raise fault from e
+
+  return wrapped
+
+
 class Trainer:
   """Builds the task, mesh, state and checkpoints from a config; `run()` trains."""
 
+  @_write_faults_in_one_line
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config, self.workdir = config, workdir
     self.preempted = False
@@ -132,25 +135,19 @@ class Trainer:
     self.checkpoints = checkpointing.Checkpoints(
         workdir, max_to_keep=config.keep_checkpoints,
         save_interval_steps=config.checkpoint_every_steps)
-    target = jax.tree.map(self._restore_target, abstract, self.shardings)
-    restored = self.checkpoints.restore(target, warn=checkpointing.warn)
+    restored = self.checkpoints.restore(
+        checkpointing.restore_target(abstract, self.shardings), warn=checkpointing.warn)
     if restored is None:
       self.state = self.task.from_pretrained(
           jax.jit(self.task.init_state, out_shardings=self.shardings)())
     else:
-      self.state = _unstorable(restored[0], abstract)
+      self.state = checkpointing.unstorable(restored[0], abstract)
       self.say(f"Resumed from {self.checkpoints.directory} at step {restored[1]}")
     self.num_parameters = count_parameters(self.state)
     table = write_table(self.state, workdir) if jax.process_index() == 0 else None
     self.say(f"Parameters: {self.num_parameters:,}" + (f" (table: {table})" if table else ""))
 
   say = staticmethod(console.say)
-
-  def _restore_target(self, like, sharding):
-    if _is_key(like):  # stored as raw uint32 key data, replicated
-      data = jax.eval_shape(jax.random.key_data, like)
-      return jax.ShapeDtypeStruct(data.shape, data.dtype, sharding=NamedSharding(self.mesh, P()))
-    return jax.ShapeDtypeStruct(like.shape, like.dtype, sharding=sharding)
 
   def global_batch(self, batch):
     """This process's numpy batch → global arrays sharded over the mesh's "data" axis."""
@@ -161,7 +158,7 @@ class Trainer:
 
   def save(self, *, force: bool = False) -> None:
     step = int(self.state["step"])
-    self.checkpoints.save(step, _storable(self.state), force=force)
+    self.checkpoints.save(step, checkpointing.storable(self.state), force=force)
 
   def _saved_line(self) -> str:
     latest = self.checkpoints.latest_step()
@@ -191,6 +188,7 @@ class Trainer:
     if self.checkpoints.latest_step() != step:
       self.save(force=True)
 
+  @_write_faults_in_one_line
   def run(self, until_step: int | None = None) -> dict[str, float]:
     """Trains from the workdir's last checkpoint to `total_steps`, or only to `until_step`
     (a session budget: the schedule still spans `total_steps`); saves and returns the last

@@ -5,6 +5,7 @@ resume), and nothing is lost: the resumed run ends where a run that never faulte
 """
 
 import errno
+import json
 import os
 import pathlib
 import shutil
@@ -147,6 +148,39 @@ def _full_disk_stubbed(tmp_path, data_dir, monkeypatch):
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
 
 
+def test_full_disk_writing_the_workdir_files(tmp_path, data_dir, monkeypatch):
+  """The parameter table (an OSError without a file name) and TensorBoard's writer (a
+  TensorFlow error naming the file in its message) on a full disk: one line each."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
+  workdir = tmp_path / "w"
+
+  def full_disk_table(state, workdir):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(trainer_lib, "write_table", full_disk_table)
+  with pytest.raises(checkpointing.WriteError) as raised:
+    trainer_lib.Trainer(config, str(workdir))
+  assert str(raised.value) == (
+      f"writing a file in {workdir} failed: No space left on device (ENOSPC); no checkpoint "
+      "was saved before it. Free space (or raise the quota) and run the same command again "
+      "to start again")
+
+  events = workdir / "events.out.tfevents.1"
+  events.touch()
+  error = tf.errors.ResourceExhaustedError(
+      None, None, f"{{{{function_node __wrapped__CreateSummaryFileWriter_device_/job:localhost}}}}"
+      f" {events}; No space left on device\n\tCould not initialize events writer.")
+  assert str(checkpointing.write_fault(error, str(workdir), 2)) == (
+      f"writing {events} failed: No space left on device (ENOSPC); the latest checkpoint is "
+      "still step 2. Free space (or raise the quota) and run the same command again to "
+      "resume from step 2")
+  assert checkpointing.write_fault(OSError(errno.ENOENT, "No such file"), str(workdir), 2) is None
+  assert checkpointing.write_fault(ValueError("bad"), str(workdir), 2) is None
+
+
 def test_damaged_latest_checkpoint_falls_back(tmp_path, data_dir, reference):
   workdir = tmp_path / "w"
   shutil.copytree(reference()[0], workdir)
@@ -242,6 +276,32 @@ def test_config_changes_use_an_allow_list():
                          "mesh.num_devices": (-1, 2)}
   assert others == {"batch_size": (16, 32), "optimizer.name": ("sgd", "adam"),
                     "model.unclassified_option": (1, "<absent>")}
+
+
+def test_workdir_recorded_under_renamed_fields_resumes(tmp_path):
+  """A config.json with the evaluation options' old names (restoration's evaluation.*,
+  detection's inference.* and eval_max_batches) is the same run; a changed value is named
+  by its new name."""
+  from configs.detection import default as detection  # pylint: disable=g-import-not-at-top
+  from configs.restoration import default as restoration  # pylint: disable=g-import-not-at-top
+  config = restoration.get_config("tiny")
+  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded["evaluation"] = recorded.pop("eval")
+  (tmp_path / "config.json").write_text(json.dumps(recorded))
+  checkpointing.check_workdir_config(config, str(tmp_path), say=pytest.fail)
+  recorded["evaluation"]["protocol"] = "care"
+  assert checkpointing.config_changes(recorded, config) == (
+      {}, {"eval.protocol": ("care", "plain")})
+
+  config = detection.get_config("tiny")
+  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  evaluation = recorded.pop("eval")
+  recorded["eval_max_batches"] = evaluation.pop("max_batches")
+  recorded["inference"] = evaluation
+  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  recorded["eval"] = {"max_batches": 7}  # the new name, recorded too, is the one compared
+  assert checkpointing.config_changes(recorded, config) == (
+      {}, {"eval.max_batches": (7, config.eval.max_batches)})
 
 
 def test_corrupt_tfrecord(tmp_path, data_dir):
