@@ -37,6 +37,7 @@ def test_full_configs_follow_the_papers(name, attention, conditional, size):
   assert config.model.attention == attention and config.conditional == conditional
   assert config.dataset.image_size == size and config.eval.features == "inception"
   assert config.eval.num_samples == 50_000 and config.ema_decay == 0.0
+  assert config.mode_seeking == 0.0  # MSGAN's term is the digits default's, not the papers'
   for opt, lr in ((config.g_optimizer, 1e-4), (config.d_optimizer, 4e-4)):
     assert (opt.name, opt.b1, opt.b2, opt.learning_rate) == ("adam", 0.0, 0.9, lr)
 
