@@ -4,14 +4,11 @@
   python -m experiments.efficiency --config=configs/efficiency/kao_table1.py
   python -m experiments.efficiency --config=configs/efficiency/performance_goals.py
 
-The goals are listed in experiments/performance_goals.py. Goal 1 reads
-experiments/results/{sao_table2,kao_table1}.json (run those first); goal 6 needs
-the optional `torch` (skipped without it). `--config.goals="('hardware','ham_floor')"`
-re-measures only those goals and copies the others from the saved
-experiments/results/performance_goals.json. What the numbers mean and why they
-are what they are: the notes of experiments/results/performance_goals.md.
-Hardware/runtime: about 3 minutes on a 2-core CPU (the chunked relative
-attention step at 112² is run once). `:tiny` runs in seconds.
+The goals are listed in experiments/performance_goals.py. Goal 1 reads the SAO / KAO results
+JSON (run those first); goal 6 needs the optional `torch`. `--config.goals="('hardware',)"`
+re-measures those goals alone and copies the others from the saved JSON. What the numbers mean:
+the notes of experiments/results/performance_goals.md. About 3 minutes on a 2-core CPU;
+`:tiny` runs in seconds.
 """
 
 import ml_collections
@@ -23,10 +20,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.table = "performance_goals"
   config.title = "Performance goals"
   config.out_dir = ""
-  config.render_only = False  # True: re-render the md / png from the saved json, no measuring
-  # Goals to measure; the others are copied from the saved json (e.g. --config.goals=hardware).
+  config.render_only = False  # True: re-render the md from the saved json, no measuring
   config.goals = ("table_ratios", "hardware", "ham_floor", "ham_memory", "relative",
-                  "ham_official")
+                  "ham_official", "op_memory")
   config.repeats = 9
   config.min_sample_s = 0.05
   config.ratio_tables = ("sao_table2", "kao_table1")
@@ -39,7 +35,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       ham_loop_corrected_flops=True))
   config.matmul_size = 4096
   config.floor_ratio_goal = 1.5
-  config.official_speedup_goal = 2.0  # goal 6: against the official torch NMF2D
+  config.official_speedup_goal = 2.0
   config.memory_steps = (1, 2, 3, 6, 12)
   config.memory_growth_tolerance = 0.01
   config.relative_side = 112
@@ -48,6 +44,12 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.relative_chunk = 448
   config.relative_budget_gib = 4.0
   config.relative_run = True
+  # Goal 7: (batch, side, channels, operator) at SAO Table 2 / KAO Table 1 sizes.
+  config.op_memory_sizes = tuple((1, n, c, "sao") for n, c in ((14, 64), (28, 128), (56, 256))) \
+      + tuple((8, n, 8, "kao_qkv") for n in (14, 28, 56))
+  config.op_memory_relative_sides = (16, 32, 48, 64)
+  config.op_memory_chunk = 256
+  config.op_memory_nmf_steps = (1, 2, 4, 8, 12)
   if preset == "tiny":
     config.repeats = 1
     config.min_sample_s = 0.0
@@ -62,5 +64,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.relative_heads = 2
     config.relative_dim = 4
     config.relative_chunk = 12
-    config.relative_run = True
+    config.op_memory_sizes = ((1, 4, 8, "sao"), (2, 4, 8, "kao_qkv"))
+    config.op_memory_relative_sides = (4, 8)
+    config.op_memory_chunk = 8
+    config.op_memory_nmf_steps = (1, 2)
   return config
