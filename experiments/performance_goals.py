@@ -35,8 +35,8 @@ def _verdict(ok: bool) -> str:
 
 
 def _table(header, rows) -> list:
-  return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-      "| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+  """Markdown lines of a table of rows of cells."""
+  return measure.md_table({h: (lambda row, i=i: str(row[i])) for i, h in enumerate(header)}, rows)
 
 
 def _matmul(config):
