@@ -53,17 +53,16 @@ def table(results: list[dict], machine: dict) -> str:
       f"other jobs: 1-min load average {machine['load_average'][0]:.1f} at the start"
       + (f", {machine['load_after'][0]:.1f} at the end" if machine.get("load_after") else "")
       + ".", "",
-      "Each row: `python -m attention_lab.data.throughput --config=<config>`: the task's own "
-      "train stream (read, decode, augment, batch; no model) in a fresh process pinned to 1 "
-      "core and to all cores, median of "
-      f"{o.windows} windows of {o.seconds:g} s after {o.warmup:g} s of warm-up, batches of "
-      f"{o.batch_size}; the real data where prepared, else {o.examples} stand-in examples in "
-      "the dataset's on-disk format (`attention_lab.data.fake_files`), repeated. Wall ex/s "
-      "fall with the machine's load; ex per CPU-s (user + system time of the process, all "
-      "its threads) is what one dedicated core delivers. Needed = examples/s one host "
-      "consumes at the `aot` roofline step time (a v5e host: 4 chips; 8×H100: the GPU aot "
-      "row, else the TPU compile's FLOPs and bytes on the H100 roofline), an upper bound; "
-      "cores = needed / the 1-core ex per CPU-s.", "",
+      "Each row: `python -m attention_lab.data.throughput --config=<config>` (its docstring "
+      "states the method): the task's own train stream (read, decode, augment, batch; no "
+      f"model) pinned to 1 core and to all cores, median of {o.windows} windows of "
+      f"{o.seconds:g} s after {o.warmup:g} s of warm-up, batches of {o.batch_size} (or the "
+      "config's batch where smaller); the real "
+      f"data where prepared, else {o.examples} stand-in examples in its on-disk format. Wall "
+      "ex/s fall with the machine's load; ex per CPU-s (user + system time of the process, all "
+      "its threads) is what one dedicated core delivers. Needed: what one host consumes at "
+      "the `aot` roofline step time (an upper bound); cores = needed / the 1-core ex per "
+      "CPU-s.", "",
       "| config | dataset (data) | 1 core ex/s | 1 core ex per CPU-s | all cores ex/s (cores) | "
       "all cores ex per CPU-s | v5e host needs ex/s (source) | cores for v5e host | "
       "8×H100 host needs ex/s | cores for 8×H100 host |", "|" + "---|" * 10,
@@ -73,13 +72,13 @@ def table(results: list[dict], machine: dict) -> str:
 def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]!r}")
+  from experiments import measure  # pylint: disable=g-import-not-at-top  (not in the workers)
   if _TABLE_ONLY.value:
     with open(OUT + ".json") as f:
       saved = json.load(f)
   else:
-    from experiments import measure  # pylint: disable=g-import-not-at-top
-    cores = len(throughput.available_cores())
-    saved = {"machine": {"cpu": measure.machine()["cpu"], "cores": cores,
+    saved = {"machine": {"cpu": measure.machine()["cpu"],
+                         "cores": len(throughput.available_cores()),
                          "date": datetime.date.today().isoformat(),
                          "load_average": os.getloadavg()}, "results": []}
     try:
@@ -102,10 +101,8 @@ def main(argv):
       saved["machine"]["load_after"] = os.getloadavg()
       with open(OUT + ".json", "w") as f:
         json.dump(saved, f, indent=1)
-  text = table(saved["results"], saved["machine"])
-  with open(OUT + ".md", "w") as f:
-    f.write(text)
-  print(text)
+  print(measure.write(measure.RESULTS, "input_throughput", None,
+                      table(saved["results"], saved["machine"])))
 
 
 if __name__ == "__main__":

@@ -125,8 +125,8 @@ def test_a_preset_is_measured_before_and_after(tmp_path, monkeypatch):
       "family": "gan", "metric": "fid", "start": 300.0, "end": 60.0, "learned": True}
   assert [c[0] for c in calls] == ["untrained", "train"] and calls[0][1:] == calls[1][1:]
   assert calls[0][2] == (f"eval.classifier_workdir={tmp_path / 'digits_classifier'}",)
-  assert "| configs/isa/cifar10.py:cpu | gan | fid | 300.0000 | 60.0000 | 2 | 1 | 0.1 → 0.2 | yes |" in (
-      (tmp_path / "paper_presets.md").read_text())
+  assert ("| configs/isa/cifar10.py:cpu | gan | fid | 300.0000 | 60.0000 | 2 | 1 | 0.1 → 0.2 | "
+          "yes |") in (tmp_path / "paper_presets.md").read_text()
   assert paper_presets.family_of("configs/kanet/voc_deeplab.py:cpu") == "segmentation"
   assert paper_presets.family_of("configs/aa/resnet_imagenet.py:resnet50,cpu") == (
       "classification")
