@@ -11,14 +11,14 @@ the config's own pipeline read them, exactly as it would read the real data:
   split's example count: TFDS caches *decoded* datasets under 250 MiB in memory
   (`DatasetBuilder._should_cache_ds`), and the stand-in must be cached exactly when the
   real dataset would be (CIFAR: yes; ImageNet, COCO: no).
-- Manual-download datasets (`voc_segmentation`, `ade20k_challenge`, `care/*`): their
-  manual_dir layout (VOCdevkit with palette PNG masks; ADEChallengeData2016 with grey
-  PNG annotations; CARE's train_data/data_label.npz and test_data TIFFs), prepared by
+- Manual-download datasets (`voc_segmentation`, `pascal_context`, `ade20k_challenge`,
+  `care/*`): their manual_dir layout (VOCdevkit with palette PNG masks; VOC2010 with
+  PASCAL-Context's grey label PNGs; ADEChallengeData2016 with grey PNG annotations; CARE's train_data/data_label.npz and test_data TIFFs), prepared by
   our builders on first use.
 - `celeb_a`: a folder of aligned 178×218 JPEGs, read through `dataset.image_dir`.
 
 Images are crops of the colour photographs bundled with scikit-image, resized to the
-dataset's typical size (ImageNet ~400×350, COCO ~640×480, VOC 500×375, ADE20K
+dataset's typical size (ImageNet ~400×350, COCO ~640×480, VOC and PASCAL-Context 500×375, ADE20K
 512×683 or 683×512, CelebA 178×218, CIFAR 32×32), so JPEG sizes and decode times are
 those of photographs, not of noise.
 """
@@ -35,6 +35,7 @@ REAL_TRAIN_EXAMPLES = {"imagenet2012": 1_281_167, "cifar10": 50_000, "cifar100":
                        "coco/2017": 118_287}
 # (height, width) of typical images, jittered by ±10% per example where `jitter`.
 SIZES = {"imagenet2012": (350, 400), "coco/2017": (480, 640), "voc_segmentation": (375, 500),
+         "pascal_context": (375, 500),
          "ade20k_challenge": (512, 683), "celeb_a": (218, 178), "cifar10": (32, 32),
          "cifar100": (32, 32)}
 CARE_PATCHES = {"care/planaria": ((16, 64, 64), (16, 64, 64)),
@@ -190,6 +191,26 @@ def write_voc(manual_dir: str, num_examples: int, *, seed: int = 0) -> None:
     f.write("\n".join(ids[-2:]) + "\n")
 
 
+def write_pascal_context(manual_dir: str, num_examples: int, *, seed: int = 0) -> None:
+  """VOCdevkit/VOC2010 with JPEGs, SegmentationClassContext grey PNGs (0 background,
+  1-59) and the SegmentationContext split lists, as mmseg's converter writes them."""
+  from attention_lab.data.builders import pascal_context  # pylint: disable=g-import-not-at-top
+  layout = pascal_context.LAYOUT
+  root = os.path.join(manual_dir, layout.root)
+  ids = [f"2008_{i:06d}" for i in range(num_examples + 2)]
+  sample, rng = PhotoSampler(seed), np.random.default_rng(seed)
+  for sub in (layout.images, layout.labels, layout.lists):
+    os.makedirs(os.path.join(root, sub), exist_ok=True)
+  for image_id in ids:
+    image = sample(*SIZES["pascal_context"], jitter=False)
+    _jpeg(image, os.path.join(root, layout.images, f"{image_id}.jpg"))
+    mask = _blocky_mask(rng, *image.shape[:2], list(range(1, 60)), border=None)
+    Image.fromarray(mask, mode="L").save(os.path.join(root, layout.labels, f"{image_id}.png"))
+  for split, split_ids in (("train", ids[:-2]), ("val", ids[-2:])):
+    with open(os.path.join(manual_dir, layout.list_path(split)), "w") as f:
+      f.write("\n".join(split_ids) + "\n")
+
+
 def write_ade20k(manual_dir: str, num_examples: int, *, seed: int = 0) -> None:
   """ADEChallengeData2016 images/ and annotations/ (grey PNGs, 0 = other, 1-150)."""
   root = os.path.join(manual_dir, "ADEChallengeData2016")
@@ -242,7 +263,8 @@ def write(config, root: str, num_examples: int, *, seed: int = 0) -> dict[str, s
     if not os.path.isdir(folder):
       write_imagenet_like_jpegs(folder, num_examples, SIZES["celeb_a"], seed=seed)
     return {"image_dir": folder}
-  writers = {"voc_segmentation": write_voc, "ade20k_challenge": write_ade20k}
+  writers = {"voc_segmentation": write_voc, "pascal_context": write_pascal_context,
+             "ade20k_challenge": write_ade20k}
   if not os.path.isdir(manual_dir):
     if name in writers:
       writers[name](manual_dir, num_examples, seed=seed)

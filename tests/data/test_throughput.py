@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 
 from attention_lab import cli
 from attention_lab.data import fake_files, throughput
+from attention_lab.data import segmentation as seg
 
 
 def _config(spec, **dataset):
@@ -109,3 +110,19 @@ def test_bad_config_is_one_line_exit_2(argument, expected):
 def test_photo_sampler_is_seeded():
   a, b = fake_files.PhotoSampler(3)(40, 50), fake_files.PhotoSampler(3)(40, 50)
   np.testing.assert_array_equal(a, b)
+
+
+def test_pascal_context_stand_in_is_read_by_the_config_pipeline(tmp_path):
+  """VOC2010 photos with 0-59 grey labels in the layout the PASCAL-Context builder reads;
+  the config's own pipeline batches them at its crop."""
+  config = _config("configs/hamburger/pcontext_hamnet.py", data_dir=str(tmp_path / "absent"))
+  config, source = throughput.with_data(config, str(tmp_path), 3)
+  assert source == "stand-in" and seg.num_examples(config, "train") == 3
+  for example in tfds.as_numpy(seg._builder(config).as_dataset(split="val")):  # pylint: disable=protected-access
+    assert example["image"].shape == (375, 500, 3) and example["image"].std() > 20
+    labels = set(np.unique(example["segmentation_mask"]))
+    assert labels <= {*range(59), 255} and 255 in labels  # background 0 → ignore
+  result = throughput.measure_in_process(config, batch_size=2, seconds=0.1, windows=1,
+                                         warmup=0.0)
+  crop = config.dataset.crop_size
+  assert result["batch_shapes"]["image"] == [2, crop, crop, 3]
