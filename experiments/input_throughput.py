@@ -73,14 +73,14 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]!r}")
   from experiments import measure  # pylint: disable=g-import-not-at-top  (not in the workers)
-  if _TABLE_ONLY.value:
-    with open(OUT + ".json") as f:
+  saved = None
+  if _TABLE_ONLY.value or (_CONFIGS.value and os.path.exists(OUT + ".json")):
+    with open(OUT + ".json") as f:  # a run of named configs replaces only their rows
       saved = json.load(f)
-  else:
-    saved = {"machine": {"cpu": measure.machine()["cpu"],
-                         "cores": len(throughput.available_cores()),
-                         "date": datetime.date.today().isoformat(),
-                         "load_average": os.getloadavg()}, "results": []}
+  if not _TABLE_ONLY.value:
+    machine = {"cpu": measure.machine()["cpu"], "cores": len(throughput.available_cores()),
+               "date": datetime.date.today().isoformat(), "load_average": os.getloadavg()}
+    saved = saved or {"machine": machine, "results": []}
     try:
       configs = {p: cli.load_config(p, field="--configs")
                  for p in _CONFIGS.value or paper_configs()}
@@ -97,8 +97,12 @@ def main(argv):
       except (ValueError, RuntimeError) as e:
         result = {"config": path, "error": str(e).splitlines()[0]}
         print(f"{path}: {result['error']}", flush=True)
-      saved["results"].append(result)
-      saved["machine"]["load_after"] = os.getloadavg()
+      if saved["machine"] is not machine:
+        result["measured"] = {"date": machine["date"], "load_average": os.getloadavg()}
+      saved["results"] = sorted([r for r in saved["results"] if r["config"] != path] + [result],
+                                key=lambda r: r["config"])
+      if saved["machine"] is machine:
+        machine["load_after"] = os.getloadavg()
       with open(OUT + ".json", "w") as f:
         json.dump(saved, f, indent=1)
   print(measure.write(measure.RESULTS, "input_throughput", None,
