@@ -110,6 +110,8 @@ def _target(name: str, budget_gib: float):
 
 def run(config) -> dict:
   rows, programs = {}, {}
+  searches = [dict(s) for s in config.get("largest_batch", ())]
+  targets = [_target(s["target"], s.get("budget_gib", 0)) for s in searches]  # fail fast
   for variant in config.variants if config.get("timed", True) else ():
     g, d, source = build(config, variant)
     z, real = inputs(config, config.batch)
@@ -129,8 +131,6 @@ def run(config) -> dict:
         madd_forward=measure.madd_of(fwd, *fstate, z) / config.batch,
         paper=dict(config.paper).get(variant))
   measure.time_programs(rows, programs, config)
-  searches = [dict(s) for s in config.get("largest_batch", ())]
-  targets = [_target(s["target"], s.get("budget_gib", 0)) for s in searches]  # fail fast
   for search, (device, budget, compiler) in zip(searches, targets):
     sub = ml_collections.ConfigDict({**config.to_dict(), **search})
     search.update(compiler=compiler, budget_gib=budget / GIB, rows=[])

@@ -119,7 +119,7 @@ def markdown(config, result, machine: str) -> str:
   unit = config.get("memory_unit", "GB")
   mem = lambda key, digits=2: lambda r: f"{r['memory'][key] / UNITS[unit]:.{digits}f}"
   ratio = lambda key: lambda r: measure.fmt(r[key], ".3f", "×", "—")
-  lines = measure.header(config, machine, config.about) + measure.md_table({
+  columns = {
       "comparison": lambda r: r["comparison"], "network": lambda r: r["label"],
       "params": lambda r: f"{r['params'] / 1e6:.2f}M",
       f"XLA peak {unit} (batch {config.paper_batch})": mem("peak_bytes"),
@@ -129,8 +129,10 @@ def markdown(config, result, machine: str) -> str:
       "memory ratio": ratio("memory_ratio"), "paper memory ratio": ratio("paper_memory_ratio"),
       f"step ms (batch {config.time_batch})": lambda r: measure.fmt(
           r["time_s"] and 1e3 * r["time_s"], ".0f", missing="—"),
-      "time ratio": ratio("time_ratio"), "paper time ratio": ratio("paper_time_ratio")},
-      result["rows"])
+      "time ratio": ratio("time_ratio"), "paper time ratio": ratio("paper_time_ratio")}
+  if not config.time_batch:  # memory only
+    columns = dict(list(columns.items())[:-3])
+  lines = measure.header(config, machine, config.about) + measure.md_table(columns, result["rows"])
   lines += [f"| | {r['label']} | not run: {r['reason']} |" + " |" * 9
             for r in result.get("fused_not_run") or []]
   goal = result.get("goal") or {}
