@@ -83,7 +83,7 @@ def header(config, machine: str, about: str) -> list:
   """A table's title, machine, command and protocol paragraph (`about`, formatted with the
   config's fields)."""
   return [f"# {config.title}", "", f"Measured on {machine}. Command: `{command_of(config)}`.",
-          "", about.format(**config.to_dict()), ""]
+          ""] + ([about.format(**config.to_dict()), ""] if about else [])
 
 
 def md_table(columns: dict, rows) -> list:
