@@ -126,11 +126,6 @@ def _without_data():
         setattr(cls, name, fn)
 
 
-def _is_key(x) -> bool:
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _lower(config, devices):
   """(mesh, abstract state, state and batch specs, the lowered train step, the splits that
   were not prepared) of `config` over `devices`: the loop's jit, shardings and batch."""
@@ -174,7 +169,7 @@ def analyse(config, topology: str) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
 
   devices = topology_devices(topology)
-  from attention_lab.train import trainer  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import checkpointing, trainer  # pylint: disable=g-import-not-at-top
   kind = devices[0].device_kind
   device = device_table.lookup(kind)
   if device is None:
@@ -198,7 +193,7 @@ def analyse(config, topology: str) -> dict:
     # and batch, FLOPs of the unpartitioned program / devices.
     shard_bytes = lambda tree: sum(  # pylint: disable=unnecessary-lambda-assignment
         int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-        for x in jax.tree.leaves(tree) if not _is_key(x))
+        for x in jax.tree.leaves(tree) if not checkpointing.is_key(x))
     needed = re.search(r"HLO temporaries \(([\d.]+)([KMGT]?)\)", str(e))
     temp = float(needed.group(1)) * 1024 ** " KMGT".index(needed.group(2) or " ") if needed else 0
     memory = types.SimpleNamespace(
