@@ -88,11 +88,13 @@ class SelfAttention(nnx.Module):
   identity. `value_features=None` makes h map to C with no output map, as in
   the Refined-SA paper ((C/8)×C matrix yᵀφ) and the heykeetae code it used;
   an integer C_v adds SAGAN's output map v: C_v → C (SAGAN Sec. 3; the
-  official code uses C_v = C/2 and max-pools keys and values 2×2, which we
-  do not). `spectral_norm` wraps every map in SpectralNorm (SAGAN applies it
-  to all layers of G and D).
+  official code uses C_v = C/2). `key_pool` = p > 1 max-pools the keys f(x) and
+  values h(x) p×p over a 2D grid, so N/p² positions are attended (the official
+  SAGAN and BigGAN code: p = 2; "sa" time O(N²/p²·(C/8 + C_v))).
+  `spectral_norm` wraps every map in SpectralNorm (SAGAN applies it to all
+  layers of G and D).
   With `record_attention` on (`recording.attention_weights`), sows the weights
-  (B, 1, *S, *S) of the values in o: β for "sa", f·g/N for "refined".
+  (B, 1, *S, *S/p) of the values in o: β for "sa", f·g/N for "refined".
 
   Args:
     in_features: C.
@@ -100,22 +102,25 @@ class SelfAttention(nnx.Module):
     key_features: width of f and g; default max(1, C // 8).
     value_features: width of h; None: C and no output map.
     spectral_norm: spectral-normalise f, g, h (and v).
+    key_pool: p: keys and values max-pooled p×p (2D grids with sides divisible by p).
     query_chunk_size: "sa" only: queries per chunk (see ops.dot_product_attention).
     dtype: compute dtype of the maps and the attention (γ and parameters are float32).
   """
 
   def __init__(self, in_features: int, *, variant: str = "sa", key_features: int | None = None,
                value_features: int | None = None, spectral_norm: bool = False,
-               query_chunk_size: int | None = None, dtype=None, rngs: nnx.Rngs):
+               key_pool: int = 1, query_chunk_size: int | None = None, dtype=None,
+               rngs: nnx.Rngs):
     if variant not in VARIANTS:
       raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     if in_features < 1:
       raise ValueError(f"in_features must be >= 1, got {in_features}")
     key_features = max(1, in_features // 8) if key_features is None else key_features
-    for name, value in (("key_features", key_features), ("value_features", value_features)):
+    for name, value in (("key_features", key_features), ("value_features", value_features),
+                        ("key_pool", key_pool)):
       if value is not None and value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
-    self.variant, self.query_chunk_size = variant, query_chunk_size
+    self.variant, self.query_chunk_size, self.key_pool = variant, query_chunk_size, key_pool
     self.record_attention = False  # see `recording`
 
     def linear(cin, cout):
@@ -131,15 +136,20 @@ class SelfAttention(nnx.Module):
   def __call__(self, x):
     if x.ndim < 3:
       raise ValueError(f"x must have shape (batch, *spatial, channels), got {x.shape}")
+    p = self.key_pool
+    if p > 1 and (x.ndim != 4 or x.shape[1] % p or x.shape[2] % p):
+      raise ValueError(f"key_pool={p} needs x of shape (batch, height, width, channels) with "
+                       f"height and width divisible by {p}, got {x.shape}")
+    pool = (lambda t: nnx.max_pool(t, (p, p), strides=(p, p))) if p > 1 else (lambda t: t)
+    q, k, v = self.g(x), pool(self.f(x)), pool(self.h(x))  # (B, *S, D), keys (B, *S/p, D)
     flat = lambda t: t.reshape(t.shape[0], -1, 1, t.shape[-1])  # (B, N, 1 head, D)
-    q, k, v = flat(self.g(x)), flat(self.f(x)), flat(self.h(x))
     if self.variant == "sa":
-      o = ops.dot_product_attention(q, k, v, scale=1.0, query_chunk_size=self.query_chunk_size)
+      o = ops.dot_product_attention(flat(q), flat(k), flat(v), scale=1.0,
+                                    query_chunk_size=self.query_chunk_size)
     else:
-      o = ops.dot_product_attention(q, k, v, scale=1.0, normalization="mean")
-    grid = lambda t: t.reshape(*x.shape[:-1], t.shape[-1])  # (B, *S, D)
+      o = ops.dot_product_attention(flat(q), flat(k), flat(v), scale=1.0, normalization="mean")
     recording.sow_if_recording(self, recording.WEIGHTS, lambda: recording.single_head_weights(
-        grid(q), grid(k), scale=1.0, normalization="softmax" if self.variant == "sa" else "mean"))
+        q, k, scale=1.0, normalization="softmax" if self.variant == "sa" else "mean"))
     o = o.reshape(*x.shape[:-1], o.shape[-1])
     if self.v is not None:
       o = self.v(o)

@@ -156,11 +156,12 @@ class GanHamburger(nnx.Module):
     return x + (self.sigma[...] * self.upper(recon)).reshape(b, h, w, c).astype(x.dtype)
 
 
-def context_module(attention, channels, *, spectral_norm, dtype, rngs):
-  """The module `attention` names at `channels` channels (None for "none")."""
+def context_module(attention, channels, *, spectral_norm, dtype, rngs, key_pool=1):
+  """The module `attention` names at `channels` channels (None for "none"); `key_pool`:
+  SelfAttention's keys and values max-pooled key_pool×key_pool."""
   if attention in ("sa", "refined"):
-    return SelfAttention(channels, variant=attention, spectral_norm=spectral_norm, dtype=dtype,
-                         rngs=rngs)
+    return SelfAttention(channels, variant=attention, spectral_norm=spectral_norm,
+                         key_pool=key_pool, dtype=dtype, rngs=rngs)
   if attention == "hamburger":
     return GanHamburger(channels, dim=channels, rank=max(1, channels // 8), steps=6,
                         spectral_norm=spectral_norm, dtype=dtype, rngs=rngs)
@@ -258,7 +259,7 @@ class SaganGenerator(nnx.Module):
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, latent_dim: int = 128, spectral_norm: bool = True, dtype=None,
                context_side: int | None = None, class_embedding: int = 0,
-               hierarchical_z: bool = False, rngs: nnx.Rngs):
+               hierarchical_z: bool = False, key_pool: int = 1, rngs: nnx.Rngs):
     _check(attention, resolution, width, num_classes, context_side)
     context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     if latent_dim < 1:
@@ -289,7 +290,7 @@ class SaganGenerator(nnx.Module):
       if side == context_side:
         self.context_after = len(blocks) - 1
         self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
-                                      rngs=rngs)
+                                      rngs=rngs, key_pool=key_pool)
     self.blocks = nnx.List(blocks)
     self.norm = nnx.BatchNorm(cin, epsilon=1e-5, dtype=dtype, rngs=rngs)
     self.out = _conv(cin, 3, 3, spectral_norm, dtype, rngs)
@@ -318,7 +319,8 @@ class SaganDiscriminator(nnx.Module):
 
   def __init__(self, *, num_classes: int = 0, resolution: int = 128, attention: str = "sa",
                width: int = 64, spectral_norm: bool = True, dtype=None,
-               context_side: int | None = None, minibatch_std: int = 0, rngs: nnx.Rngs):
+               context_side: int | None = None, minibatch_std: int = 0, key_pool: int = 1,
+               rngs: nnx.Rngs):
     _check(attention, resolution, width, num_classes, context_side)
     context_side = context_side or min(CONTEXT_SIDE, max(context_sides(resolution)))
     if minibatch_std < 0 or minibatch_std == 1:
@@ -334,7 +336,7 @@ class SaganDiscriminator(nnx.Module):
       if side == context_side and down:
         self.context_after = i
         self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
-                                      rngs=rngs)
+                                      rngs=rngs, key_pool=key_pool)
     self.blocks = nnx.List(blocks)
     self.linear = maybe_spectral_norm(
         nnx.Linear(cin, 1, kernel_init=xavier, dtype=dtype, rngs=rngs), spectral_norm, rngs)
@@ -363,12 +365,12 @@ class SaganDiscriminator(nnx.Module):
 @register("sagan_generator")
 def sagan_generator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganGenerator:
   """SAGAN G; overrides: resolution, attention, width, latent_dim, spectral_norm, dtype,
-  context_side, class_embedding, hierarchical_z."""
+  context_side, class_embedding, hierarchical_z, key_pool."""
   return SaganGenerator(num_classes=num_classes, rngs=rngs, **overrides)
 
 
 @register("sagan_discriminator")
 def sagan_discriminator(*, num_classes: int, rngs: nnx.Rngs, **overrides) -> SaganDiscriminator:
   """SAGAN D; overrides: resolution, attention, width, spectral_norm, dtype, context_side,
-  minibatch_std."""
+  minibatch_std, key_pool."""
   return SaganDiscriminator(num_classes=num_classes, rngs=rngs, **overrides)

@@ -6,6 +6,7 @@ from flax import nnx
 from jax.test_util import check_grads
 
 from attention_lab import ops
+from attention_lab.layers import recording
 from attention_lab.layers.self_attention import SelfAttention, SpectralNorm
 
 
@@ -18,17 +19,33 @@ def _kernel(layer):
   return np.asarray(layer.kernel[...])
 
 
-def _naive(x, layer, variant):
-  """Explicit N×N matrices in numpy float64: SAGAN Eq. 1-2 or Refined-SA Eq. 3."""
+def _max_pool_loops(t, p):
+  """(B, H, W, D) → (B, H/p, W/p, D): the maximum of each p×p window, by loops."""
+  b, h, w, d = t.shape
+  out = np.empty((b, h // p, w // p, d))
+  for i in range(h // p):
+    for j in range(w // p):
+      out[:, i, j] = t[:, i * p:(i + 1) * p, j * p:(j + 1) * p].reshape(b, -1, d).max(1)
+  return out
+
+
+def _naive(x, layer, variant, pool=1):
+  """Explicit N×N matrices in numpy float64: SAGAN Eq. 1-2 or Refined-SA Eq. 3; with
+  pool > 1, keys f and values h max-pooled pool×pool first (the official SAGAN code)."""
   b, c = x.shape[0], x.shape[-1]
-  flat = np.asarray(x).reshape(b, -1, c)
-  f, g, h = (flat @ _kernel(m) for m in (layer.f, layer.g, layer.h))
-  logits = g @ f.transpose(0, 2, 1)                   # s[j, i] = g(x_j)·f(x_i), (B, N, N)
+  x64 = np.asarray(x)
+  flat = x64.reshape(b, -1, c)
+  g = flat @ _kernel(layer.g)
+  f, h = (x64 @ _kernel(m) for m in (layer.f, layer.h))
+  if pool > 1:
+    f, h = _max_pool_loops(f, pool), _max_pool_loops(h, pool)
+  f, h = f.reshape(b, -1, f.shape[-1]), h.reshape(b, -1, h.shape[-1])
+  logits = g @ f.transpose(0, 2, 1)                   # s[j, i] = g(x_j)·f(x_i), (B, N, N/p²)
   if variant == "sa":
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)         # softmax over i, no 1/sqrt(d)
   else:
-    weights = logits / flat.shape[1]                  # (z yᵀ)/N
+    weights = logits / f.shape[1]                     # (z yᵀ)/N over the keys
   return np.asarray(x) + float(layer.gamma[...]) * (weights @ h).reshape(x.shape)
 
 
@@ -45,6 +62,21 @@ def test_matches_the_naive_float64_reference(variant, spatial):
     y = layer(x)
     assert y.dtype == jnp.float64
     np.testing.assert_allclose(y, _naive(x, layer, variant), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant,spatial,pool", [("sa", (4, 6), 2), ("refined", (6, 9), 3),
+                                                  ("sa", (2, 2), 2)])
+def test_pooled_keys_match_the_naive_float64_reference(variant, spatial, pool):
+  with jax.enable_x64(True):
+    x = jax.random.normal(jax.random.key(3), (2, *spatial, 16), jnp.float64)
+    layer = _float64(SelfAttention(16, variant=variant, key_pool=pool, rngs=nnx.Rngs(0)))
+    layer.gamma[...] = 0.7
+    expected = _naive(x, layer, variant, pool)
+    np.testing.assert_allclose(layer(x), expected, rtol=1e-12, atol=1e-12)
+    assert np.abs(expected - _naive(x, layer, variant)).max() > 1e-3  # pooling matters here
+    _, recorded = recording.attention_weights(layer, x)
+    (weights,), = recorded["model"].values()
+    assert weights.shape == (2, 1, *spatial, spatial[0] // pool, spatial[1] // pool)
 
 
 def _shapes(jaxpr):
@@ -80,9 +112,9 @@ def test_value_features_add_the_output_map():
   np.testing.assert_allclose(layer(x), x + layer.v(attn), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("variant,spectral_norm", [("sa", False), ("refined", False),
-                                                    ("sa", True)])
-def test_check_grads_float64(variant, spectral_norm):
+@pytest.mark.parametrize("variant,spectral_norm,pool", [("sa", False, 1), ("refined", False, 1),
+                                                         ("sa", True, 1), ("sa", False, 2)])
+def test_check_grads_float64(variant, spectral_norm, pool):
   """Second order without spectral norm; first order with it, u at the top singular vector.
 
   Spectral norm treats u and v as constants (as the official code does), which
@@ -90,7 +122,7 @@ def test_check_grads_float64(variant, spectral_norm):
   """
   with jax.enable_x64(True):
     layer = _float64(SelfAttention(8, variant=variant, spectral_norm=spectral_norm,
-                                   rngs=nnx.Rngs(0)))
+                                   key_pool=pool, rngs=nnx.Rngs(0)))
     layer.gamma[...] = 0.5
     if spectral_norm:
       for sn in (layer.f, layer.g, layer.h):
@@ -101,7 +133,7 @@ def test_check_grads_float64(variant, spectral_norm):
     def fn(params, x):  # pure: every call merges a copy of the same state
       return nnx.merge(graphdef, params, rest, copy=True)(x)
 
-    x = jax.random.normal(jax.random.key(2), (1, 3, 4, 8), jnp.float64)
+    x = jax.random.normal(jax.random.key(2), (1, 4 if pool > 1 else 3, 4, 8), jnp.float64)
     check_grads(jax.jit(fn), (params, x), order=1 if spectral_norm else 2, modes=("rev",),
                 atol=1e-5, rtol=1e-5)
 
@@ -144,5 +176,11 @@ def test_bad_arguments():
     SelfAttention(8, value_features=0, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r"x must have shape \(batch, \*spatial, channels\)"):
     SelfAttention(8, rngs=nnx.Rngs(0))(jnp.ones((2, 8)))
+  with pytest.raises(ValueError, match="key_pool must be >= 1"):
+    SelfAttention(8, key_pool=0, rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="key_pool=2 needs x of shape .* divisible by 2"):
+    SelfAttention(8, key_pool=2, rngs=nnx.Rngs(0))(jnp.ones((2, 4, 5, 8)))
+  with pytest.raises(ValueError, match="key_pool=2 needs x of shape"):
+    SelfAttention(8, key_pool=2, rngs=nnx.Rngs(0))(jnp.ones((2, 4, 8)))
   with pytest.raises(ValueError, match="param must name a parameter"):
     SpectralNorm(nnx.Linear(2, 3, rngs=nnx.Rngs(0)), param="bias", rngs=nnx.Rngs(0))

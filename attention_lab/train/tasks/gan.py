@@ -154,7 +154,8 @@ class GAN(base.Task):
     m = self.config.model
     kw = dict(num_classes=self.num_classes, resolution=self.config.dataset.image_size,
               width=m.width, spectral_norm=m.spectral_norm, dtype=base.model_dtype(m.dtype),
-              context_side=m.get("context_side") or None, rngs=rngs)
+              context_side=m.get("context_side") or None, key_pool=m.get("key_pool", 1),
+              rngs=rngs)
     if which == "generator":
       return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim,
                            class_embedding=m.get("class_embedding", 0),
