@@ -5,18 +5,11 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from experiments import efficiency_fused as fused_lib
 from experiments import measure
 from experiments.measure import LABELS, MB
-
-
-def _init(key, shape, dtype=jnp.float32):
-  """N(0, 0.02) kernels drawn by numpy from the key's bits: no XLA compile per kernel shape."""
-  seed = int(np.asarray(jax.random.key_data(key)).ravel()[-1])
-  return jnp.asarray(np.random.default_rng(seed).normal(0.0, 0.02, shape), dtype)
 
 
 class DoubleAttention(nnx.Module):
@@ -25,7 +18,7 @@ class DoubleAttention(nnx.Module):
   bias (A = φ(x), B = θ(x), V = ρ(x)). No HW×HW matrix."""
 
   def __init__(self, channels: int, features: int, maps: int, *, dtype=None, rngs: nnx.Rngs):
-    conv = lambda i, o: nnx.Conv(i, o, (1, 1), kernel_init=_init, dtype=dtype, rngs=rngs)
+    conv = lambda i, o: nnx.Conv(i, o, (1, 1), dtype=dtype, rngs=rngs)
     self.phi, self.theta, self.rho = (conv(channels, features), conv(channels, maps),
                                       conv(channels, maps))
     self.out = conv(features, channels)
@@ -78,6 +71,7 @@ def _fused_module(config) -> tuple[str | None, str | None]:
 def run(config) -> dict:
   programs, rows = {}, {}
   kernel, fused_reason = _fused_module(config)
+  x = _x(config, config.side, config.channels)
   for name in list(config.modules) + (["sa_fused"] if kernel and not fused_reason else []):
     base_name = name.removesuffix("_fused")
     model = build_module(base_name, config.channels, config)
@@ -86,8 +80,7 @@ def run(config) -> dict:
     for program in ("infer", "train"):
       with (fused_lib.replaced_regular_attention(kernel) if name != base_name
             else contextlib.nullcontext()):
-        fn, row[program], compiled, args = measure.layer_program(
-            model, program, _x(config, config.side, config.channels))
+        fn, row[program], compiled, args = measure.layer_program(model, program, x)
       row[program]["xla_flops_loop_corrected"] = (
           ham_flops(name, config.channels, config.side, config, program)
           if name.startswith("ham") and config.ham_loop_corrected_flops
@@ -106,9 +99,8 @@ def run(config) -> dict:
     print(r, flush=True)
 
   def compile_at(name, side):
-    model = build_module(name, config.channels, config)
-    _, acct, compiled, args = measure.layer_program(model, "infer", _x(config, side,
-                                                                      config.channels))
+    _, acct, compiled, args = measure.layer_program(
+        build_module(name, config.channels, config), "infer", _x(config, side, config.channels))
     return compiled, acct, args
 
   return {"rows": list(rows.values()), "sweep": measure.sweep(config, config.modules, compile_at),
@@ -130,22 +122,22 @@ def markdown(config, result, machine: str) -> str:
       "time ms infer / train": both(lambda p: f"{1e3 * p['time_s']:.1f}"),
       "paper ms infer / train": paper(lambda p: f"{p[5]:.1f} / {p[4]:.1f}"),
       "speed-up vs SA infer / train": both(lambda p: f"{p['speedup']:.1f}×"),
-      "paper speed-up infer / train": paper(lambda p: f"{bp[5] / p[5]:.1f}× / {bp[4] / p[4]:.1f}×"),
+      "paper speed-up infer / train": paper(
+          lambda p: f"{bp[5] / p[5]:.1f}× / {bp[4] / p[4]:.1f}×"),
       "memory saved vs SA infer / train": both(lambda p: f"{100 * p['memory_saving']:.1f}%"),
       "paper saved": paper(lambda p: f"{100 * (1 - p[3] / bp[3]):.1f}% / "
                                      f"{100 * (1 - p[2] / bp[2]):.1f}%")}, result["rows"])
   fused = result.get("fused")
-  if not fused:
-    lines += ["", f"{fused_lib.NONE_HERE}; the speed-ups are against XLA's SA."]
-  elif fused["reason"]:
-    lines += ["", f"{fused['label']}: SA not run with it: {fused['reason']}; the speed-ups are "
-              "against XLA's SA."]
-  else:
+  if fused and not fused["reason"]:
     lines += ["", f"Speed-ups against the fastest regular attention here (XLA's SA or "
               f"{fused['label']}), infer / train: " + ", ".join(
                   f"{LABELS.get(r['module'], fused['label'])} "
                   f"{r['infer']['speedup_vs_fastest_regular']:.1f}× / "
                   f"{r['train']['speedup_vs_fastest_regular']:.1f}×" for r in result["rows"])
               + "."]
+  else:
+    why = f"{fused['label']}: SA not run with it: {fused['reason']}" if fused else (
+        fused_lib.NONE_HERE)
+    lines += ["", f"{why}; the speed-ups are against XLA's SA."]
   lines += measure.sweep_lines(config, result["sweep"], "inference")
   return "\n".join(lines) + "\n"
