@@ -4,16 +4,10 @@ for each train config, compiled on the CPU.
   python -m experiments.aot_table [--configs=...] [--topologies=v5e:2x2,...] [--table_only] [--redo]
   python -m experiments.aot_table --gpu [--configs=...] [--table_only] [--redo]
 
-TPU slices (needs `pip install -e '.[tpu]'`): every train config on TPU_TOPOLOGIES, the
-CPU-sized ones (not a paper's) on the smallest only: experiments/results/aot/
-<config>_<topology>.json (one per compile, by `python -m attention_lab.aot --json`),
-aot_tpu.md and aot_tpu.json.
-`--gpu` (needs `pip install -e '.[gpu]'`): the rows of GPU_ROWS, each config on its paper's
-GPUs where the paper names them and on as many H100s, at the paper's per-GPU batch:
-experiments/results/aot_gpu/*.json, aot_gpu.md and aot_gpu.json.
-`--configs` (and `--topologies`) choose the rows to compile; a row whose JSON exists is
-compiled only with `--redo`. The tables always list every row from the saved JSONs; a row
-whose compile was not run (or failed) is listed as such.
+TPU (`pip install -e '.[tpu]'`): every train config on TPU_TOPOLOGIES (the CPU-sized ones on the
+smallest) → results/aot/*.json, aot_tpu.{md,json}. `--gpu` (`pip install -e '.[gpu]'`): GPU_ROWS
+→ results/aot_gpu/*.json, aot_gpu.{md,json}. Only rows whose JSON is missing are compiled
+(`--redo`: all); the tables list every row from the saved JSONs.
 """
 
 import glob
@@ -35,8 +29,7 @@ _CONFIGS = flags.DEFINE_list("configs", None, "Configs to compile (default: ever
 _REDO = flags.DEFINE_bool("redo", False, "Compile again rows whose JSON exists (default: skip).")
 _GPU = flags.DEFINE_bool("gpu", False, "The GPU table (GPU_ROWS) instead of the TPU slices.")
 
-RESULTS = os.path.join(runs.REPO, "experiments", "results")
-GIB = 2**30
+RESULTS = str(measure.RESULTS)
 TPU_TOPOLOGIES = ("v5e:2x2", "v5e:4x4")
 
 
@@ -47,11 +40,9 @@ def train_configs() -> list[str]:
           and "def get_config" in open(runs.REPO / p).read()]
 
 
-# The papers' GPUs and GPU counts: (config, paper's GPUs as an aot topology or None where the
-# paper trained on a TPU or names no GPU, the H100 topology, what the paper says). The H100
-# rows use the paper's GPU count (8 for the TPU-trained ImageNet/COCO configs), so the
-# per-GPU batch is the paper's. The papers' Pascal GPUs (TITAN Xp, GTX 1080 Ti) are
-# described to XLA:GPU as they are (compute capability 6.1 compiles).
+# (config, the paper's GPUs as an aot topology or None where the paper trained on a TPU or
+# names no GPU, the H100 topology at the paper's GPU count (8 for the TPU-trained ImageNet /
+# COCO configs), what the paper says). Pascal GPUs compile for XLA:GPU as they are (sm 6.1).
 GPU_ROWS = (
     ("configs/aa/coco_retinanet.py", None, "h100x8", "TPU (AA: the TPU RetinaNet code)"),
     ("configs/aa/mnasnet_imagenet.py", None, "h100x8", "TPU (config: MnasNet TPU recipe)"),
@@ -81,17 +72,14 @@ def _selected(config: str, configs) -> bool:
   return not configs or config in configs or config.split(":")[0] in configs
 
 
-def _cpu_sized(config: str) -> bool:
-  """The default experiments and the default segmentation's backbone: no paper's config."""
-  return (os.path.basename(config) == "default.py"
-          or config == "configs/segmentation/digits_backbone.py")
-
-
 def tpu_rows(configs=None, topologies=None) -> list[tuple[str, str]]:
   """(config, topology) of each TPU compile: every train config (or those of `configs`) on
-  `topologies`, by default TPU_TOPOLOGIES (the smallest for a CPU-sized config)."""
+  `topologies`, by default TPU_TOPOLOGIES; the smallest only for the CPU-sized configs (the
+  default experiments and the default segmentation's backbone)."""
+  cpu_sized = lambda c: (os.path.basename(c) == "default.py"
+                         or c == "configs/segmentation/digits_backbone.py")
   return [(config, t) for config in train_configs() if _selected(config, configs)
-          for t in topologies or TPU_TOPOLOGIES[:1 if _cpu_sized(config) else None]]
+          for t in topologies or TPU_TOPOLOGIES[:1 if cpu_sized(config) else None]]
 
 
 def gpu_rows(configs=None) -> list[tuple[str, str, str]]:
@@ -100,62 +88,102 @@ def gpu_rows(configs=None) -> list[tuple[str, str, str]]:
           if _selected(config, configs) for t in (paper, h100) if t]
 
 
-def _json_path(config: str, topology: str, folder: str = "aot") -> str:
+def _json_path(config: str, topology: str, folder: str) -> str:
   name = config[len("configs/"):].replace(".py", "").replace("/", "_").replace(":", "_")
   return os.path.join(RESULTS, folder, f"{name}_{topology.replace(':', '_')}.json")
 
 
-def _aot(config: str, topology: str, out: str, *overrides: str) -> runs.Run:
-  return runs.run_module("attention_lab.aot", [f"--config={config}", f"--topology={topology}",
-                                               f"--json={out}", *overrides])
-
-
-def _compile(config: str, topology: str, out: str, redo: bool):
-  """`attention_lab.aot` for one row, unless its JSON exists and not `redo`. A batch the
-  devices do not divide is rounded up to the next multiple (the JSON keeps the config's)."""
-  if os.path.exists(out) and not redo:
-    return
-  result = _aot(config, topology, out)
+def _compile(config: str, topology: str, out: str):
+  """`attention_lab.aot` for one row. A batch the devices do not divide is rounded up to the
+  next multiple (the JSON keeps the config's as `config_batch`)."""
+  aot = lambda *overrides: runs.run_module("attention_lab.aot", [
+      f"--config={config}", f"--topology={topology}", f"--json={out}", *overrides])
+  result = aot()
   uneven = re.search(r"batch_size = (\d+): must be divisible by the number of devices "
                      r"in the mesh \((\d+)\)", result.output)
-  if uneven:  # e.g. KAO Table 5's batch 10: the next multiple of the device count
+  if uneven:  # e.g. KAO Table 5's batch 10
     batch, devices = map(int, uneven.groups())
-    rounded = -(-batch // devices) * devices
-    result = _aot(config, topology, out, f"--config.batch_size={rounded}")
-    if os.path.exists(out):
-      with open(out) as f:
-        r = {**json.load(f), "config_batch": batch}
-      with open(out, "w") as f:
-        json.dump(r, f, indent=1)
+    result = aot(f"--config.batch_size={-(-batch // devices) * devices}")
+    saved = pathlib.Path(out)
+    if saved.exists():
+      saved.write_text(json.dumps({**json.loads(saved.read_text()), "config_batch": batch},
+                                  indent=1))
   print(result.output.strip()[-500:], flush=True)
 
 
-def _row(config: str, topology: str, path: str, extra: str = "") -> str:
-  """One markdown row of an aot JSON (or 'not compiled')."""
-  link = f"[{config}](../../{config.split(':')[0]})"
-  if not os.path.exists(path):
-    return f"| {link} | {topology} | {extra}not compiled |" + " |" * 9
-  r = json.load(open(path))
+def tpu_table(configs=None, topologies=None, redo: bool | None = False):
+  """Compiles the rows of `configs` on `topologies` (see tpu_rows) whose JSON is missing
+  (`redo`: all; None: none); writes aot_tpu.md and aot_tpu.json with every row."""
+  selected = tpu_rows(configs, topologies)
+  _table("aot_tpu", "aot", [(c, t, None) for c, t in sorted(set(tpu_rows()) | set(selected))],
+         [(c, t, None) for c, t in selected], redo,
+         "| config | topology | devices | global batch (per device) | parameters | "
+         "arguments GiB | outputs GiB | temporaries GiB | total GiB / HBM | fits | "
+         "GFLOP per device-step | roofline ms/step |")
+
+
+def gpu_table(configs=None, redo: bool | None = False):
+  """Compiles the GPU rows of `configs` whose JSON is missing (`redo`: all; None: none);
+  writes aot_gpu.md and aot_gpu.json with every row."""
+  _table("aot_gpu", "aot_gpu", gpu_rows(), gpu_rows(configs), redo,
+         "| config | topology | paper's GPUs | devices | global batch (per GPU) | "
+         "parameters | arguments GiB | outputs GiB | temporaries GiB | total GiB / memory | "
+         "fits | GFLOP per GPU-step | roofline ms/step |")
+
+
+def _row(config: str, topology: str, r: dict | None, note: str | None) -> str:
+  """One markdown row of an aot JSON (None: 'not compiled')."""
+  start = f"| [{config}](../../{config.split(':')[0]}) | {topology} | " + (
+      "" if note is None else f"{note} | ")
+  if r is None:
+    return start + "not compiled |" + " |" * 9
   rounded = f" (config: {r['config_batch']})" if "config_batch" in r else ""
   cublas = " (GEMMs on cuBLAS‡)" if r.get("compiler_options") else ""
-  return (f"| {link} | {topology} | {extra}{r['chips']} × {r['device_kind']}{cublas} | "
-          f"{r['global_batch']} ({r['global_batch'] // r['chips']}){rounded} | "
-          f"{r['parameters']:,} | "
-          f"{r['argument_bytes'] / GIB:.2f} | {r['output_bytes'] / GIB:.2f} | "
-          f"{r['temp_bytes'] / GIB:.2f} | {r['total_bytes'] / GIB:.2f} / "
-          f"{r['hbm_bytes'] / GIB:.3g} | {'yes' if r['fits'] else '**no**'} | "
-          f"{r['flops'] / 1e9:.1f} | {r['step_time_s'] * 1e3:.1f} |")
+  gib = lambda key: f"{r[key] / measure.GIB:.2f}"
+  return start + (
+      f"{r['chips']} × {r['device_kind']}{cublas} | "
+      f"{r['global_batch']} ({r['global_batch'] // r['chips']}){rounded} | "
+      f"{r['parameters']:,} | {gib('argument_bytes')} | {gib('output_bytes')} | "
+      f"{gib('temp_bytes')} | {gib('total_bytes')} / {r['hbm_bytes'] / measure.GIB:.3g} | "
+      f"{'yes' if r['fits'] else '**no**'} | {r['flops'] / 1e9:.1f} | "
+      f"{r['step_time_s'] * 1e3:.1f} |")
+
+
+def _table(stem: str, folder: str, rows, selected, redo: bool | None, header: str):
+  """Compiles `selected` (config, topology, paper's GPUs or None) per `redo`; writes <stem>.md
+  with every row of `rows` and <stem>.json with the compiled ones."""
+  for config, topology, _ in selected if redo is not None else ():
+    out = _json_path(config, topology, folder)
+    if redo or not os.path.exists(out):
+      _compile(config, topology, out)
+  lines, results, missing = [header, "|" + "---|" * (header.count(" | ") + 1)], [], []
+  for config, topology, note in rows:
+    path = _json_path(config, topology, folder)
+    r = json.load(open(path)) if os.path.exists(path) else None
+    lines.append(_row(config, topology, r, note))
+    if r is None:
+      missing.append(f"`{config}` on `{topology}`")
+    else:
+      results.append({"config": config, **({} if note is None else {"paper_gpus": note}), **r})
+  no_fit = [f"`{r['config']}` on {r['topology']} ({r['total_bytes'] / measure.GIB:.1f} of "
+            f"{r['hbm_bytes'] / measure.GIB:.3g} GiB)" for r in results if not r["fits"]]
+  cublas = "; ‡: GEMMs on cuBLAS" if any(r.get("compiler_options") for r in results) else ""
+  flag = " --gpu" if stem == "aot_gpu" else ""
+  target = "GPUs" if flag else "TPU slices"
+  text = "\n".join([
+      f"# Train steps compiled for {target} on the CPU (`python -m experiments.aot_table{flag}`)",
+      "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
+      f"(the notes below say what is measured and how{cublas}).", "", *lines, "",
+      "Does not fit: " + ("; ".join(no_fit) if no_fit else "none") + ".",
+      "Not compiled: " + (", ".join(missing) if missing else "none") + ".", ""])
+  print(measure.write(pathlib.Path(RESULTS), stem, results, text))
 
 
 def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}; see --help")
+  table = gpu_rows if _GPU.value else tpu_rows
   for config in _CONFIGS.value or ():
-    try:
-      cli.load_config(config, field="--configs")
-    except cli.ConfigError as e:
-      cli.fail(str(e))
-    table = gpu_rows if _GPU.value else tpu_rows
     if not table([config]):
       cli.fail(f"--configs: {config!r} has no row in the {'GPU' if _GPU.value else 'TPU'} "
                "table (see GPU_ROWS and train_configs in experiments/aot_table.py)")
@@ -166,56 +194,6 @@ def main(argv):
   if _GPU.value:
     return gpu_table(_CONFIGS.value, redo)
   return tpu_table(_CONFIGS.value, _TOPOLOGIES.value, redo)
-
-
-def tpu_table(configs=None, topologies=None, redo: bool | None = False):
-  """Compiles the rows of `configs` on `topologies` (see tpu_rows) whose JSON is missing
-  (`redo`: all; None: none); writes aot_tpu.md and aot_tpu.json with every row."""
-  selected = tpu_rows(configs, topologies)
-  if redo is not None:
-    for config, topology in selected:
-      _compile(config, topology, _json_path(config, topology), redo)
-  rows = sorted(set(tpu_rows()) | set(selected))
-  _write("aot_tpu", "TPU slices", "", [(c, t, _json_path(c, t), None) for c, t in rows],
-         ["| config | topology | devices | global batch (per device) | parameters | "
-          "arguments GiB | outputs GiB | temporaries GiB | total GiB / HBM | fits | "
-          "GFLOP per device-step | roofline ms/step |", "|" + "---|" * 12])
-
-
-def gpu_table(configs=None, redo: bool | None = False):
-  """Compiles the GPU rows of `configs` whose JSON is missing (`redo`: all; None: none);
-  writes aot_gpu.md and aot_gpu.json with every row."""
-  if redo is not None:
-    for config, topology, _ in gpu_rows(configs):
-      _compile(config, topology, _json_path(config, topology, "aot_gpu"), redo)
-  _write("aot_gpu", "GPUs", " --gpu",
-         [(c, t, _json_path(c, t, "aot_gpu"), note) for c, t, note in gpu_rows()],
-         ["| config | topology | paper's GPUs | devices | global batch (per GPU) | "
-          "parameters | arguments GiB | outputs GiB | temporaries GiB | total GiB / memory | "
-          "fits | GFLOP per GPU-step | roofline ms/step |", "|" + "---|" * 13])
-
-
-def _write(stem: str, target: str, flag: str, rows, header: list[str]):
-  """<stem>.md (a row per (config, topology, JSON path, paper's GPUs or None)) and
-  <stem>.json (the compiled rows)."""
-  lines, results, missing = list(header), [], []
-  for config, topology, path, note in rows:
-    lines.append(_row(config, topology, path, "" if note is None else f"{note} | "))
-    if os.path.exists(path):
-      paper = {} if note is None else {"paper_gpus": note}
-      results.append({"config": config, **paper, **json.load(open(path))})
-    else:
-      missing.append(f"`{config}` on `{topology}`")
-  no_fit = [f"`{r['config']}` on {r['topology']} ({r['total_bytes'] / GIB:.1f} of "
-            f"{r['hbm_bytes'] / GIB:.3g} GiB)" for r in results if not r["fits"]]
-  cublas = "; ‡: GEMMs on cuBLAS" if any(r.get("compiler_options") for r in results) else ""
-  text = "\n".join([
-      f"# Train steps compiled for {target} on the CPU (`python -m experiments.aot_table{flag}`)",
-      "", "Each row: `python -m attention_lab.aot --config=<config> --topology=<topology>` "
-      f"(the notes below say what is measured and how{cublas}).", "", *lines, "",
-      "Does not fit: " + ("; ".join(no_fit) if no_fit else "none") + ".",
-      "Not compiled: " + (", ".join(missing) if missing else "none") + ".", ""])
-  print(measure.write(pathlib.Path(RESULTS), stem, results, text))
 
 
 if __name__ == "__main__":

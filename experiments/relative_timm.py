@@ -2,10 +2,8 @@
 
   python -m experiments.relative_timm --config=configs/efficiency/relative_timm.py[:tiny]
 
-The case and the goals: configs/efficiency/relative_timm.py. Per grid and pass, ours (compiled)
-and timm's (optional: without timm its column is skipped) are timed in interleaved rounds;
-ours is also accounted by XLA: temporaries, bytes accessed, kernels and the passes over the
-logits (`hlo_counts`).
+The case and the goals: configs/efficiency/relative_timm.py. timm's column is optional (skipped
+without timm). Ours is also accounted by XLA, with its kernels and its passes over the logits.
 """
 
 import json
@@ -68,27 +66,26 @@ def hlo_counts(text: str, row_logits: int) -> dict:
 
 
 def our_program(config, side, mode):
+  """(compiled, args, XLA accounting with `hlo_counts`) of our layer's `mode` pass."""
   model = layers.GlobalAttention(config.channels, "relative", num_heads=config.heads,
                                  project="qkv", use_bias=False, spatial_shape=(side, side),
                                  query_chunk_size="auto", rngs=nnx.Rngs(0))
   x = jax.random.normal(jax.random.key(1), (config.batch, side, side, config.channels))
-  if mode == "forward":
-    fn, state = measure.inference_fn(model)
-    args = (state, x)
-  else:
-    fn, params, rest = measure.training_fn(model)
-    args = (params, rest, x, jnp.ones_like(x))
-  compiled, acct = measure.compile_fn(fn, *args)
+  program = "infer" if mode == "forward" else "train"
+  _, acct, compiled, args = measure.layer_program(model, program, x)
   acct.update(hlo_counts(compiled.as_text(), config.batch * config.heads * side ** 3))
   return compiled, args, acct
 
 
-def _times(times) -> dict:
+def _times(programs, repeats, min_sample_s) -> dict:
+  times = measure.time_side_by_side(programs, repeats, min_sample_s)
   return {k: {"time_s": t["time_s"], "min_s": min(t["samples"]), "samples": t["samples"]}
           for k, t in times.items()}
 
 
 def measure_side(config, side, timm_cls) -> dict:
+  big = side >= 56  # seconds per call: one call per sample, no calibration runs
+  repeats = config.huge_repeats if side >= 112 else config.big_repeats if big else config.repeats
   result = {}
   for mode in config.modes:
     programs = {}
@@ -96,13 +93,9 @@ def measure_side(config, side, timm_cls) -> dict:
       programs["timm"] = timm_program(timm_cls, config, side, mode)
     compiled, args, acct = our_program(config, side, mode)
     programs["after"] = (compiled, args)
-    big = side >= 56  # seconds per call: one call per sample, no calibration runs
-    repeats = (config.huge_repeats if side >= 112 else config.big_repeats) if big else \
-        config.repeats
     row = {"accounting": {"after": acct},
            "measured_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-           **_times(measure.time_side_by_side(programs, repeats,
-                                              0.0 if big else config.min_sample_s))}
+           **_times(programs, repeats, 0.0 if big else config.min_sample_s)}
     if "timm" in row:
       row["after_speedup_vs_timm"] = row["timm"]["time_s"] / row["after"]["time_s"]
     print(side, mode, {k: v for k, v in row.items() if k != "accounting"}, flush=True)
@@ -111,7 +104,7 @@ def measure_side(config, side, timm_cls) -> dict:
 
 
 def measure_resnets(config) -> dict:
-  """AA-ResNet-50 / ResNet-50 forward + backward (params and input) at 224², side by side."""
+  """AA-ResNet-50 / ResNet-50 forward + backward (params and input), side by side."""
   size, batch = config.resnet_size, config.resnet_batch
   programs, accts = {}, {}
   x = jax.random.normal(jax.random.key(0), (batch, size, size, 3))
@@ -121,7 +114,7 @@ def measure_resnets(config) -> dict:
     fn, params, rest = measure.training_fn(model)
     compiled, accts[key] = measure.compile_fn(fn, params, rest, x, g)
     programs[key] = (compiled, (params, rest, x, g))
-  out = _times(measure.time_side_by_side(programs, config.resnet_repeats, config.min_sample_s))
+  out = _times(programs, config.resnet_repeats, config.min_sample_s)
   for k in programs:
     out[k].update(temp_bytes=accts[k]["temp_bytes"], xla_flops=accts[k]["xla_flops"])
   out.update(ratio=out["aa_resnet50"]["time_s"] / out["resnet50"]["time_s"], batch=batch,
@@ -130,52 +123,59 @@ def measure_resnets(config) -> dict:
   return out
 
 
-def _ms(t):
-  return f"{t * 1e3:.1f}" if t < 10 else f"{t:.1f} s"
+def _timed(r):
+  ms = lambda t: f"{t * 1e3:.1f}" if t < 10 else f"{t:.1f} s"
+  return f"{ms(r['time_s'])} ({ms(r['min_s'])})"
 
 
 def markdown(config, result) -> str:
-  timed = lambda r: f"{_ms(r['time_s'])} ({_ms(r['min_s'])})"
   lines = [
       "# Relative self-attention beside timm's BottleneckAttn", "",
       f"Measured on {measure.machine_line(result['machine'])}; torch "
       f"{result.get('torch', 'not installed')}, timm {result.get('timm', 'not installed')} "
-      f"({result.get('torch_threads', '?')} threads). Command: `python -m experiments.relative_timm "
-      "--config=configs/efficiency/relative_timm.py`. " + result.get("note", ""), "",
-      f"Case: 1×1 qkv projection + 2D relative self-attention, batch {config.batch}, "
-      f"{config.channels} channels, {config.heads} heads × {config.head_dim}. Ours: "
-      "`GlobalAttention(relative, project='qkv', use_bias=False)`, `query_chunk_size='auto'`. "
-      "Times: median (min) of interleaved samples after warm-up. Speed-up = timm / ours. "
-      "Kernels: XLA kernels of the entry and loop bodies (a loop body once); logits passes: "
-      "those writing at least one query row's logits (B·H·Y·XY elements); XLA bytes: "
-      "cost_analysis 'bytes accessed' (a loop body once).", "",
+      f"({result.get('torch_threads', '?')} threads). Command: `python -m "
+      "experiments.relative_timm --config=configs/efficiency/relative_timm.py`. "
+      + result.get("note", ""), "",
+      config.about.format(**config.to_dict()), "",
       "| grid | pass | timm ms | ours ms | speed-up | temp MiB | kernels | logits passes | "
       "XLA bytes MB |", "|---|---|---|---|---|---|---|---|---|"]
   for side in sorted(result["sides"], key=int):
     for mode, row in result["sides"][side].items():
       a = row["accounting"]["after"]
       lines.append(
-          f"| {side}² | {mode} | {timed(row['timm']) if 'timm' in row else 'not run'} | "
-          f"{timed(row['after'])} | "
+          f"| {side}² | {mode} | {_timed(row['timm']) if 'timm' in row else 'not run'} | "
+          f"{_timed(row['after'])} | "
           f"{measure.fmt(row.get('after_speedup_vs_timm'), '.2f', '×', '—')} | "
           f"{a['temp_bytes'] / 2**20:.1f} | {a['kernels']} | {a['logits_passes']} | "
           f"{a['xla_bytes_accessed'] / 1e6:.0f} |")
   lines += ["", "## Goals", ""] + [f"- {k}: {v}" for k, v in result.get("goals", {}).items()]
-  rn = result.get("resnets")
-  if rn:
+  if rn := result.get("resnets"):
     lines += ["", f"## AA-ResNet-50 vs ResNet-50, forward + backward at {rn['size']}², "
               f"batch {rn['batch']}", "", "Gradients of <logits, 1> w.r.t. the parameters and "
               "the input, interleaved medians (min).", "",
               "| model | ms | temp MiB | XLA GFLOP | / ResNet-50 |", "|---|---|---|---|---|"]
-    lines += [f"| {label} | {timed(rn[key])} | {rn[key]['temp_bytes'] / 2**20:.0f} | "
+    lines += [f"| {label} | {_timed(rn[key])} | {rn[key]['temp_bytes'] / 2**20:.0f} | "
               f"{rn[key]['xla_flops'] / 1e9:.1f} | "
               f"{rn[key]['time_s'] / rn['resnet50']['time_s']:.3f}× |"
               for key, label in (("resnet50", "ResNet-50"), ("aa_resnet50", "AA-ResNet-50"))]
   return "\n".join(lines) + "\n"
 
 
-def _goal(ok: bool, value: str) -> str:
-  return f"{'met' if ok else 'NOT met'} ({value})"
+def goals(result) -> dict:
+  """The goals of configs/efficiency/relative_timm.py, met or not, from the measured rows."""
+  goal = lambda ok, value: f"{'met' if ok else 'NOT met'} ({value})"
+  out = {}
+  for side, rows in result["sides"].items():
+    for mode, row in rows.items():
+      if (speedup := row.get("after_speedup_vs_timm")) is not None:
+        out[f"{side}² {mode} ≥ timm"] = goal(speedup >= 1, f"{speedup:.2f}×")
+  if "train" in result["sides"].get("56", {}):
+    temp = result["sides"]["56"]["train"]["accounting"]["after"]["temp_bytes"] / measure.GIB
+    out["56² train temporaries ≤ 0.5 GiB"] = goal(temp <= 0.5, f"{temp:.3f} GiB")
+  if result.get("resnets"):
+    ratio = result["resnets"]["ratio"]
+    out["AA-ResNet-50 ≤ 1.15× ResNet-50"] = goal(ratio <= 1.15, f"{ratio:.3f}×")
+  return out
 
 
 def run(config) -> dict:
@@ -186,24 +186,14 @@ def run(config) -> dict:
     import torch  # pylint: disable=g-import-not-at-top
     result.update(torch=torch.__version__, timm=timm.__version__,
                   torch_threads=torch.get_num_threads())
-  goals = {}
   for side in config.sides:
     result["sides"][str(side)] = measure_side(config, side, timm_cls)
     if config.out_dir:  # keep what is measured if a later size fails
       (measure.out_dir_of(config) / f"relative_timm_{side}.json").write_text(
           json.dumps(result["sides"][str(side)], default=str))
-    for mode, row in result["sides"][str(side)].items():
-      if "after_speedup_vs_timm" in row:
-        sp = row["after_speedup_vs_timm"]
-        goals[f"{side}² {mode} ≥ timm"] = _goal(sp >= 1, f"{sp:.2f}×")
-  if "56" in result["sides"] and "train" in result["sides"]["56"]:
-    temp = result["sides"]["56"]["train"]["accounting"]["after"]["temp_bytes"] / measure.GIB
-    goals["56² train temporaries ≤ 0.5 GiB"] = _goal(temp <= 0.5, f"{temp:.3f} GiB")
   if config.aa_resnet:
     result["resnets"] = measure_resnets(config)
-    ratio = result["resnets"]["ratio"]
-    goals["AA-ResNet-50 ≤ 1.15× ResNet-50"] = _goal(ratio <= 1.15, f"{ratio:.3f}×")
-  result["goals"] = goals
+  result["goals"] = goals(result)
   return result
 
 
@@ -217,8 +207,8 @@ def main(argv):
     previous = json.loads(saved.read_text())
     result["sides"] = {**previous.get("sides", {}), **result["sides"]}
     result.setdefault("resnets", previous.get("resnets"))
-    result["goals"] = {**previous.get("goals", {}), **result["goals"]}
-    result["note"] = "Sizes measured in separate runs where the rows say so. "
+    result.update(goals=goals(result), note="Sizes measured in separate runs where the rows say "
+                  "so. ")
   print(measure.write(out, "relative_timm", result, markdown(config, result)))
 
 
