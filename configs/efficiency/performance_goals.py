@@ -29,10 +29,9 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.sao_size = (1, 56, 256)  # (batch, side, channels)
   config.kao_size = (8, 56, 8)
   config.pass_ratio_goal = 3.0
-  # Ham: the Table 3 size; the same fields as configs/efficiency/ham_table3.py.
+  # Ham: the Table 3 size, in the field names of configs/efficiency/ham_table3.py.
   config.ham = ml_collections.ConfigDict(dict(
-      side=128, channels=512, a2_features=512, ham_dim=512, ham_rank=64, ham_steps=6, batch=1,
-      ham_loop_corrected_flops=True))
+      side=128, channels=512, ham_dim=512, ham_rank=64, ham_steps=6))
   config.matmul_size = 4096
   config.floor_ratio_goal = 1.5
   config.official_speedup_goal = 2.0
@@ -55,9 +54,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.min_sample_s = 0.0
     config.sao_size = (1, 6, 8)
     config.kao_size = (2, 6, 8)
-    config.ham = ml_collections.ConfigDict(dict(
-        side=6, channels=8, a2_features=8, ham_dim=8, ham_rank=2, ham_steps=2, batch=1,
-        ham_loop_corrected_flops=True))
+    config.ham.update(side=6, channels=8, ham_dim=8, ham_rank=2, ham_steps=2)
     config.matmul_size = 64
     config.memory_steps = (1, 2)
     config.relative_side = 6
