@@ -32,8 +32,10 @@ from experiments import measure
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=g-import-not-at-top
 
-_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", "configs/default.py", "Experiment config.")
-_WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", "workdirs/default", "Workdir with the checkpoint.")
+_CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", "configs/default.py",
+                          "Experiment config.")
+_WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", "workdirs/default",
+                           "Workdir with the checkpoint.")
 _NUM_IMAGES = flags.DEFINE_integer("num_images", 3, "Test images to draw.")
 _MAX_LAYERS = flags.DEFINE_integer("max_layers", 3, "Attention layers to draw (first ones).")
 _OUT_DIR = flags.DEFINE_string("out_dir", "", "Where the PNGs go (default experiments/results).")
@@ -58,58 +60,55 @@ def grid_weights(layer, weights):
           tuple(query_grid), tuple(key_grid))
 
 
-def _panels(layer, weights):
-  """[[(title, map over the image, colormap, signed, query mark or None)] per figure row]."""
+def _figure_rows(layer, weights):
+  """[(image index, query, colormap, [(title, map over the image)])], one per figure row;
+  query: (x, y, its mark as fractions of the image) or None."""
   if isinstance(layer, Hamburger):
     codes = np.asarray(weights[:, 0])  # group 0: (B, H, W, R)
     strength = codes.mean(axis=(1, 2))
-    return [[(f"basis {r}: mean {strength[i, r]:.2g}", codes[i, ..., r], "viridis", False, None)
-             for r in np.argsort(-strength[i])[:3]] for i in range(codes.shape[0])], \
-        [(i, None) for i in range(codes.shape[0])]
-  a, query_grid, key_grid = grid_weights(layer, weights)
+    return [(i, None, "viridis", [(f"basis {r}: mean {strength[i, r]:.2g}", codes[i, ..., r])
+                                  for r in np.argsort(-strength[i])[:3]])
+            for i in range(len(codes))]
+  a, (gx, gy), key_grid = grid_weights(layer, weights)
   a = np.asarray(a)
   # Coefficients (Attn1/N, SAO, refined SA) can be negative: a signed colormap.
   signed = getattr(layer, "operator", None) in ("mean", "siamese") or \
       getattr(layer, "variant", "sa") != "sa"
-  rows, panels = [], []
-  for i in range(a.shape[0]):
-    for qx, qy in ((query_grid[0] // 2, query_grid[1] // 2),
-                   (query_grid[0] // 4, query_grid[1] // 4)):
-      mark = ((qy + 0.5) / query_grid[1], (qx + 0.5) / query_grid[0])
-      maps = [a[i, h, qx * query_grid[1] + qy].reshape(key_grid) for h in range(a.shape[1])]
-      panels.append([(f"head {h}: max {m.max():.2g}", m, "coolwarm" if signed else "inferno",
-                      signed, mark) for h, m in enumerate(maps)])
-      rows.append((i, (qx, qy, mark)))
-  return panels, rows
+  return [(i, (qx, qy, ((qy + 0.5) / gy, (qx + 0.5) / gx)), "coolwarm" if signed else "inferno",
+           [(f"head {h}: max {m.max():.2g}", m)
+            for h, m in enumerate(a[i, :, qx * gy + qy].reshape(-1, *key_grid))])
+          for i in range(len(a)) for qx, qy in ((gx // 2, gy // 2), (gx // 4, gy // 4))]
 
 
 def draw_layer(path, title, images, layer, weights):
-  panels, rows = _panels(layer, weights)
-  fig, axes = plt.subplots(len(rows), len(panels[0]) + 1, squeeze=False,
-                           figsize=(1.8 * (len(panels[0]) + 1), 1.8 * len(rows)))
+  rows = _figure_rows(layer, weights)
+  columns = len(rows[0][3]) + 1
+  fig, axes = plt.subplots(len(rows), columns, squeeze=False,
+                           figsize=(1.8 * columns, 1.8 * len(rows)))
   h, w = images.shape[1:3]
   extent = (-0.5, w - 0.5, h - 0.5, -0.5)
-  at = lambda mark: (mark[0] * w - 0.5, mark[1] * h - 0.5)
-  for ax_row, (i, query), row in zip(axes, rows, panels):
+  for ax_row, (i, query, cmap, maps) in zip(axes, rows):
     image = np.asarray(images[i], np.float32)
     image = image[..., 0] if image.shape[-1] == 1 else image[..., :3]
     image = (image - image.min()) / max(image.max() - image.min(), 1e-6)
     ax_row[0].imshow(image, cmap="gray", extent=extent)
     ax_row[0].set_title(f"image {i}" + (f", query {query[0]},{query[1]}" if query else ""),
                         fontsize=7)
-    if query:
-      ax_row[0].plot(*at(query[2]), "rx", markersize=8, mew=2)
-    for ax, (name, m, cmap, signed, mark) in zip(ax_row[1:], row):
+    mark = (query[2][0] * w - 0.5, query[2][1] * h - 0.5) if query else None
+    if mark:
+      ax_row[0].plot(*mark, "rx", markersize=8, mew=2)
+    signed = cmap == "coolwarm"
+    for ax, (name, m) in zip(ax_row[1:], maps):
       lim = max(np.abs(m).max(), 1e-12)
       ax.imshow(image, cmap="gray", extent=extent)
       ax.imshow(m, cmap=cmap, vmin=-lim if signed else (0 if cmap == "inferno" else None),
                 vmax=lim if signed else None, alpha=0.65, extent=extent)
       if mark:
-        ax.plot(*at(mark), "cx", markersize=6, mew=1.5)
+        ax.plot(*mark, "cx", markersize=6, mew=1.5)
       ax.set_title(name, fontsize=7)
-  for ax in axes.flat:
-    ax.set_xticks([])
-    ax.set_yticks([])
+    for ax in ax_row:
+      ax.set_xticks([])
+      ax.set_yticks([])
   fig.suptitle(title, fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=90)
@@ -138,10 +137,7 @@ def draw_model(model, images, out_dir, name: str, max_layers: int = 3) -> list:
 def main(argv):
   del argv
   config = _CONFIG.value
-  try:
-    task, state, _ = predict.restore(config, _WORKDIR.value)
-  except cli.ConfigError as e:
-    cli.fail(str(e))
+  task, state, _ = predict.restore(config, _WORKDIR.value)  # measure.run: errors as one line
   batch = next(iter(pipeline.eval_batches(config, local_batch_size=max(_NUM_IMAGES.value, 1))))
   images = jnp.asarray(batch["image"][:_NUM_IMAGES.value])
   attention = config.model.get("attention", "")

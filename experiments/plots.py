@@ -1,9 +1,6 @@
-"""The results' plots, drawn from their saved JSON with ours beside the papers' numbers.
-
-  python -m experiments.plots    # redraws every plot of `PLOTS` (nothing is re-measured)
-
-One helper per plot shape (`grouped_bars`, `delta_bars`, `sweep_plot`); each table's entry
-of `PLOTS` turns its JSON into that shape's arguments.
+"""The results' plots, drawn from their saved JSON with ours beside the papers' numbers:
+`python -m experiments.plots` redraws every plot of `PLOTS` (nothing is re-measured). One
+helper per plot shape; each table's entry of `PLOTS` turns its JSON into that shape's arguments.
 """
 
 import json
@@ -27,6 +24,10 @@ def _save(fig, path, title, dpi=110):
   return pathlib.Path(path)
 
 
+def _bars(values):
+  return [np.nan if v is None else v for v in values]  # None: no bar
+
+
 def grouped_bars(path, title: str, groups, panels, *, log: bool = False, rotate: int = 0,
                  ylims=None):
   """Panels of grouped bars; panels: [(ylabel, {series: value per group, None: no bar})],
@@ -37,10 +38,8 @@ def grouped_bars(path, title: str, groups, panels, *, log: bool = False, rotate:
   for ax, (ylabel, series), ylim in zip(axes[0], panels, ylims or [None] * len(panels)):
     width = 0.8 / len(series)
     for i, (name, values) in enumerate(series.items()):
-      ax.bar(x + (i - (len(series) - 1) / 2) * width, [np.nan if v is None else v for v in values],
-             width, label=name)
-    ax.set_xticks(x)
-    ax.set_xticklabels(groups, rotation=rotate, ha="right" if rotate else "center", fontsize=8)
+      ax.bar(x + (i - (len(series) - 1) / 2) * width, _bars(values), width, label=name)
+    ax.set_xticks(x, groups, rotation=rotate, ha="right" if rotate else "center", fontsize=8)
     ax.set(ylabel=ylabel, yscale="log" if log else "linear", ylim=ylim)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
@@ -54,7 +53,7 @@ def delta_bars(path, title: str, labels, panels):
                            sharey=True, squeeze=False)
   y = np.arange(len(labels))
   for ax, (xlabel, deltas) in zip(axes[0], panels):
-    values = np.array([np.nan if d is None else d for d in deltas])
+    values = np.array(_bars(deltas))
     ax.barh(y, values, color=["tab:red" if abs(v) > 3 else "tab:blue"
                               for v in np.nan_to_num(values)])
     for edge, style in ((0, "-"), (-3, "--"), (3, "--")):
@@ -88,10 +87,8 @@ def sweep_plot(config, sweep, path, labels: dict, machine_line: str):
   return _save(fig, path, f"{config.title}\n{config.sweep_note}\n{machine_line}", dpi=100)
 
 
-# ----------------------------------------------------------------------------------------------
-# Each table's JSON → (shape, title, groups or labels, panels, options).
-
-
+# Each table's JSON (its "rows" where it has them) → (shape, title, groups or labels,
+# panels, options).
 def _model_stats(records):
   from experiments.model_stats import TABLES  # pylint: disable=g-import-not-at-top
   rows = [r for r in records if r["paper_params"] is not None or r["paper_madd"] is not None]
@@ -113,8 +110,7 @@ def _segmentation_models(rows):
            ("MAdd (G)", {"ours": [r["madd"] / 1e9 for r in rows]})], dict(rotate=30))
 
 
-def _sao_table5(result):
-  rows = result["rows"]
+def _sao_table5(rows):
   return (grouped_bars, "SAO Table 5: training-step memory and time (ratios)",
           [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows],
           [(f"{what} ratio to the baseline", {"paper": [r.get(f"paper_{what}_ratio") for r in rows],
@@ -122,8 +118,7 @@ def _sao_table5(result):
            for what in ("memory", "time")], dict(rotate=60))
 
 
-def _isa_tables(result):
-  rows = result["rows"]
+def _isa_tables(rows):
   base = rows[0]["paper"]
   largest = lambda v: float(str(v).replace("≥", "").strip())
   return (grouped_bars, "Refined-SA Tables 2-3", [r["variant"].upper() for r in rows], [
@@ -135,8 +130,7 @@ def _isa_tables(result):
               "ours": [r["largest_batch"] or 0 for r in rows]})], {})
 
 
-def _aa_table9(result):
-  rows = result["rows"]
+def _aa_table9(rows):
   return (grouped_bars, "AA Table 9: attention-map memory per layer", [r["stage"] for r in rows],
           [("KB per layer (log)", {
               "paper: Nh·(HW)² bf16": [r["maps_bf16_bytes"] / 1024 for r in rows],
@@ -147,18 +141,19 @@ def _aa_table9(result):
 
 
 def _aa_table9_counts(r):
-  k, m = (lambda vs: [v / 1e3 for v in vs]), (lambda vs: [v / 1e6 for v in vs])
+  k, m = (lambda key: [v / 1e3 for v in r[key]]), (lambda key: [v / 1e6 for v in r[key]])
   return (grouped_bars, "AA Table 9 per attention layer of AA-ResNet-50", r["stages"], [
-      ("parameters (k)", {"paper": k(r["paper_params"]), "ours (dk = κ·Fout)": k(r["ours_params"]),
-                          "convs, dk = 160": k(r["convention_params"])}),
-      ("FLOPS (M)", {"paper": m(r["paper_flops"]), "ours (whole AA layer MAdd)": m(r["ours_flops"]),
-                     "nearest convention": m(r["convention_flops"])})], {})
+      ("parameters (k)", {"paper": k("paper_params"), "ours (dk = κ·Fout)": k("ours_params"),
+                          "convs, dk = 160": k("convention_params")}),
+      ("FLOPS (M)", {"paper": m("paper_flops"), "ours (whole AA layer MAdd)": m("ours_flops"),
+                     "nearest convention": m("convention_flops")})], {})
 
 
 def _ham_table9(rows):
   from experiments.ham_table9 import RANK  # pylint: disable=g-import-not-at-top
   log_r = math.log(RANK)
-  return (grouped_bars, "Ham Table 9: CD temperature T", [f"T = {r['temperature']:g}" for r in rows],
+  return (grouped_bars, "Ham Table 9: CD temperature T",
+          [f"T = {r['temperature']:g}" for r in rows],
           [("paper VOC val mIoU (%)", {"best": [r["paper_miou_best"] for r in rows],
                                        "mean": [r["paper_miou_mean"] for r in rows]}),
            ("ours: CD solver on synthetic tokens", {
@@ -179,7 +174,8 @@ TABLE_PLOTS = {"sao_table5": "Plot (ratios, ours beside the paper's)",
 def draw(name: str, result=None, out_dir=RESULTS, stem: str | None = None) -> pathlib.Path:
   """Draws <out_dir>/<stem or name>.png from `result` (default: the saved <name>.json)."""
   result = result or json.loads((RESULTS / f"{name}.json").read_text())
-  plot, title, groups, panels, options = PLOTS[name](result)
+  rows = result.get("rows", result) if isinstance(result, dict) else result
+  plot, title, groups, panels, options = PLOTS[name](rows)
   return plot(pathlib.Path(out_dir) / f"{stem or name}.png", title, groups, panels, **options)
 
 
@@ -189,12 +185,6 @@ def table_plot(name: str, result, out_dir=RESULTS, stem: str | None = None) -> s
   return f"{TABLE_PLOTS[name]}: [{path.name}]({path.name})"
 
 
-def main(argv):
-  del argv
-  for name in PLOTS:
-    print(draw(name))
-
-
 if __name__ == "__main__":
-  from experiments import measure  # pylint: disable=g-import-not-at-top
-  measure.run(main)
+  for plot_name in PLOTS:
+    print(draw(plot_name))

@@ -1,5 +1,5 @@
-"""Trains a config once per combination of field values; tabulates each run's final metrics,
-wall and CPU time (experiments/runs.py) → experiments/results/NAME.{json,md}.
+"""Trains a config once per combination of field values and tabulates each run's final
+metrics, wall and CPU time (experiments/runs.py) → experiments/results/NAME.{json,md}.
 
   python -m experiments.sweep --config=configs/X.py[:preset] --vary=model.attention=a,b,c
       [--vary=FIELD=V1,V2 ...] [--set=FIELD=VALUE ...] [--name=NAME] [--table_only]
@@ -22,12 +22,14 @@ from attention_lab import cli
 from experiments import measure, runs
 
 RESULTS = pathlib.Path(__file__).parent / "results"
+TIMES = (("wall s", "wall_s", "{:.0f}"), ("CPU s", "cpu_s", "{:.0f}"),
+         ("1-min load before → after", "load", ""))
 
 
 @dataclasses.dataclass(frozen=True)
 class Table:
   """A sweep with its results file. `columns`: (header, key, format), the key one of the
-  final metrics or of the row (steps, and what `derive` adds)."""
+  final metrics or of the row (steps, and what `derive` adds); () tabulates every eval_ metric."""
   name: str
   title: str
   config: str | None  # None: each row's `config` value
@@ -98,9 +100,7 @@ def _cell(row: dict, key: str, fmt: str) -> str:
 def markdown(table: Table, rows: list[dict], machine: str, appendix: list[str]) -> str:
   metrics = table.columns or tuple((k[len("eval_"):], k, "{:.4f}") for k in sorted(
       {k for r in rows for k in r["final"] if k.startswith("eval_")}))
-  tail = (("wall s", "wall_s", "{:.0f}"), ("CPU s", "cpu_s", "{:.0f}"),
-          ("1-min load before → after", "load", ""),
-          *(((table.goal_header, "goal_met", ""),) if table.goal else ()))
+  tail = TIMES + (((table.goal_header, "goal_met", ""),) if table.goal else ())
   vary = ", ".join(f"`--config.{k}={'|'.join(v)}`" for k, v in table.vary.items()
                    if k != "config") or "no overrides"
   lines = [f"# {table.title}", "", *([table.about, ""] if table.about else []),
@@ -126,8 +126,8 @@ def markdown(table: Table, rows: list[dict], machine: str, appendix: list[str]) 
 def sweep(table: Table, only: dict[str, tuple[str, ...]], fixed: list[str],
           root: pathlib.Path, table_only: bool = False) -> list[dict]:
   """Runs the combinations of `table.vary` restricted to `only`; writes after each row."""
-  path, rank = RESULTS / f"{table.name}.json", {_key(v): i for i, v in
-                                                 enumerate(combinations(table.vary))}
+  path = RESULTS / f"{table.name}.json"
+  rank = {_key(v): i for i, v in enumerate(combinations(table.vary))}
   extra = json.loads(path.read_text()) if path.exists() else {}
   rows = {_key(r["values"]): r for r in extra.pop("rows", [])}
   appendix, fields = table.appendix() if table.appendix else ([], {})
