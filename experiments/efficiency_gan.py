@@ -17,14 +17,14 @@ from experiments.measure import GIB, LABELS, MB
 ATTENTION = {"sagan": "sa", "isagan": "refined", "sgan": "conv"}
 
 
-def build(config, variant: str, seed: int = 0):
+def build(config, variant: str):
   """(generator, discriminator, source) for "sagan" | "isagan" | "sgan"."""
   kw = dict(num_classes=0, attention=ATTENTION[variant], resolution=config.image_size,
             width=config.width, spectral_norm=config.get("spectral_norm", True))
   # unsafe_rbg: initial values do not change the programs, and its initialisers compile fast.
   rngs = lambda s: nnx.Rngs(jax.random.key(s, impl="unsafe_rbg"))
-  g = models.create("sagan_generator", rngs=rngs(seed), latent_dim=config.z_dim, **kw)
-  d = models.create("sagan_discriminator", rngs=rngs(seed + 1), **kw)
+  g = models.create("sagan_generator", rngs=rngs(0), latent_dim=config.z_dim, **kw)
+  d = models.create("sagan_discriminator", rngs=rngs(1), **kw)
   return g, d, f"registry sagan_generator / sagan_discriminator (attention={kw['attention']!r})"
 
 
@@ -63,13 +63,10 @@ def train_fn(g, d):
   return step, (gp, gr, dp, dr)
 
 
-def inputs(config, batch, abstract=False):
-  """(z, real images) of a batch; ShapeDtypeStructs when `abstract`."""
-  shapes = ((batch, config.z_dim), (batch, config.image_size, config.image_size, 3))
-  if abstract:
-    return tuple(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes)
-  return (jax.random.normal(jax.random.key(0), shapes[0]),
-          jax.random.uniform(jax.random.key(1), shapes[1], minval=-1, maxval=1))
+def inputs(config, batch):
+  """ShapeDtypeStructs of a batch's (z, real images)."""
+  return (jax.ShapeDtypeStruct((batch, config.z_dim), jnp.float32),
+          jax.ShapeDtypeStruct((batch, config.image_size, config.image_size, 3), jnp.float32))
 
 
 def _on(device, tree):
@@ -88,7 +85,7 @@ def largest_batch(config, step, state, batch: int, budget_bytes: float, max_batc
   largest, probes = None, []
   while max_batch is None or batch <= max_batch:
     acct = (known or {}).get(batch) or measure.compile_fn(
-        step, *_on(device, (*state, *inputs(config, batch, abstract=True))))[1]
+        step, *_on(device, (*state, *inputs(config, batch))))[1]
     fits = acct["total_bytes"] <= budget_bytes
     probes.append({"batch": batch, "total_bytes": acct["total_bytes"],
                    "temp_bytes": acct["temp_bytes"], "fits": fits})
@@ -114,22 +111,18 @@ def run(config) -> dict:
   targets = [_target(s["target"], s.get("budget_gib", 0)) for s in searches]  # fail fast
   for variant in config.variants if config.get("timed", True) else ():
     g, d, source = build(config, variant)
+    (fwd, fstate), (step, tstate) = forward_fn(g, d), train_fn(g, d)
+    row = rows[variant] = dict(variant=variant, source=source, params_g=measure.params_of(g),
+                               params_d=measure.params_of(d))
     z, real = inputs(config, config.batch)
-    fwd, fstate = forward_fn(g, d)
-    step, tstate = train_fn(g, d)
-    compiled_fwd, fwd_acct = measure.compile_fn(fwd, *fstate, z)
-    compiled_step, step_acct = measure.compile_fn(step, *tstate, z, real)
-    programs[(variant, "forward")] = (compiled_fwd, (*fstate, z))
-    programs[(variant, "train")] = (compiled_step, (*tstate, z, real))
-    largest, probes = largest_batch(config, step, tstate, config.batch,
-                                    config.memory_budget_gib * GIB, config.max_batch,
-                                    known={config.batch: step_acct})
-    rows[variant] = dict(
-        variant=variant, source=source, params_g=measure.params_of(g),
-        params_d=measure.params_of(d), forward=fwd_acct, train=step_acct,
-        largest_batch=largest, probes=probes,
-        madd_forward=measure.madd_of(fwd, *fstate, z) / config.batch,
-        paper=dict(config.paper).get(variant))
+    for program, fn, args in (("forward", fwd, (*fstate, z)), ("train", step, (*tstate, z, real))):
+      compiled, row[program] = measure.compile_fn(fn, *args)
+      programs[(variant, program)] = (compiled, measure.concrete(args))
+    row["largest_batch"], row["probes"] = largest_batch(
+        config, step, tstate, config.batch, config.memory_budget_gib * GIB, config.max_batch,
+        known={config.batch: row["train"]})
+    row.update(madd_forward=measure.madd_of(fwd, *fstate, z) / config.batch,
+               paper=dict(config.paper).get(variant))
   measure.time_programs(rows, programs, config)
   for search, (device, budget, compiler) in zip(searches, targets):
     sub = ml_collections.ConfigDict({**config.to_dict(), **search})
