@@ -13,13 +13,6 @@ from experiments import measure
 KB, MIB = 1024, 2**20
 
 
-def _programs(model, side, channels):
-  """XLA accounting of a layer's inference and training programs, and its MAdd."""
-  x = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
-  infer, infer_acct, _, args = measure.layer_program(model, "infer", x)
-  return infer_acct, measure.layer_program(model, "train", x)[1], measure.madd_of(infer, *args)
-
-
 def _operator_programs(fwd, shapes):
   """XLA accounting of an attention op: inference and gradients of its sum w.r.t. q, k, v."""
   grad = jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=(0, 1, 2))
@@ -38,7 +31,8 @@ def relative_attention_with_bias(attend, q, k, v, rel_h, rel_w):
 
 
 def _fused_operator_programs(kernel, shapes):
-  """The relative attention through the device's fused kernel (its logits as the bias), or why not."""
+  """The relative attention through the device's fused kernel (its logits as the bias), or why
+  not."""
   q, _, v, _, _ = shapes
   n = q.shape[1] * q.shape[2]
   flat = lambda t: jax.ShapeDtypeStruct((1, n, *t.shape[-2:]), t.dtype)
@@ -63,13 +57,6 @@ def run(config) -> dict:
         rngs=nnx.Rngs(0))
     conv = nnx.Conv(channels, channels, (3, 3), use_bias=False, dtype=jnp.bfloat16,
                     rngs=nnx.Rngs(0))
-    aa_infer, aa_train, aa_madd = _programs(aa, side, channels)
-    conv_infer, conv_train, conv_madd = _programs(conv, side, channels)
-    bf16 = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)
-    q = bf16(1, att, att, config.heads, aa.dk // config.heads)
-    rel = bf16(2 * att - 1, aa.dk // config.heads)
-    shapes = (q, q, bf16(1, att, att, config.heads, aa.dv // config.heads), rel, rel)
-    op_infer, op_train = _operator_programs(ops.relative_attention_2d, shapes)
     maps = config.heads * att**4
     row = dict(
         stage=stage["name"], layers=stage["layers"], side=side, attention_side=att,
@@ -77,9 +64,17 @@ def run(config) -> dict:
         maps_f32_bytes=4 * maps, aa_params=measure.params_of(aa),
         conv_params=measure.params_of(conv),
         attention_params=measure.params_of(aa) - (measure.params_of(aa.conv) if aa.conv else 0),
-        aa_madd=aa_madd, conv_madd=conv_madd, op_infer=op_infer, op_train=op_train,
-        aa_infer=aa_infer, aa_train=aa_train, conv_infer=conv_infer, conv_train=conv_train,
         paper=dict(config.paper).get(stage["name"]))
+    x = jax.ShapeDtypeStruct((1, side, side, channels), jnp.float32)
+    for name, layer in (("aa", aa), ("conv", conv)):
+      infer, row[f"{name}_infer"], _, args = measure.layer_program(layer, "infer", x)
+      row[f"{name}_train"] = measure.layer_program(layer, "train", x)[1]
+      row[f"{name}_madd"] = measure.madd_of(infer, *args)
+    bf16 = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)
+    q = bf16(1, att, att, config.heads, aa.dk // config.heads)
+    rel = bf16(2 * att - 1, aa.dk // config.heads)
+    shapes = (q, q, bf16(1, att, att, config.heads, aa.dv // config.heads), rel, rel)
+    row["op_infer"], row["op_train"] = _operator_programs(ops.relative_attention_2d, shapes)
     if kernel:
       row["fused"] = {"label": fused_lib.LABELS[kernel], **_fused_operator_programs(kernel, shapes)}
     rows.append(row)
