@@ -2,13 +2,11 @@
 
   python -m experiments.efficiency --config=configs/efficiency/<table>.py[:tiny]
 
-`config.kind` picks the table module (`run(config)`, `markdown(config, result, machine)`):
-"operators" here (SAO Table 2, KAO Table 1: one operator on Q = K = V, 1 head); "modules"
-(Ham Table 3); "gan" (Refined-SA Tables 2-3); "aa" (AA Table 9); "nets" (SAO Table 5, SAO
-Table 7 memory); "performance_goals". MAdd: multiply-adds of every dot product and
-convolution (the papers' profilers' convention); memory: XLA's memory_analysis; time: median
-of interleaved samples (experiments/measure.py). On a GPU / TPU regular attention also runs
-through the device's fused kernel (experiments/efficiency_fused.py). Writes
+`config.kind` picks the table: "operators" is here (SAO Table 2, KAO Table 1: one operator on
+Q = K = V, 1 head); the other kinds are the modules of `_MODULES`. The conventions are
+experiments/measure.py's: MAdd counts every dot product and convolution (the papers' profilers'),
+memory is XLA's memory_analysis, time the median of interleaved samples. On a GPU / TPU regular
+attention also runs through the device's fused kernel (experiments/efficiency_fused.py). Writes
 experiments/results/<table>[_<dtype>].{md,json,png}; `render_only` re-renders the saved json.
 """
 
@@ -67,7 +65,7 @@ def run_operators(config) -> dict:
   for side, channels in config.sizes:
     x = _input(config, side, channels)
     fns = {op: OPERATORS[op] for op in config.operators} | {"pass": elementwise_pass}
-    reason = kernel and fused_lib.unsupported_reason(kernel, _flat(x), _flat(x), _flat(x))
+    reason = kernel and fused_lib.unsupported_reason(kernel, *(_flat(x),) * 3)
     if kernel and not reason:
       fns["fused"] = _fused_operator(kernel)
     programs, accts = {}, {}
@@ -78,7 +76,7 @@ def run_operators(config) -> dict:
       except (NotImplementedError, ValueError, RuntimeError) as e:  # a rule jax checks
         if op != "fused":
           raise
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        reason = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
     times = time_side_by_side(programs, config.repeats, config.min_sample_s)
     size = f"{config.batch}×{side}²×{channels}"
     if kernel:

@@ -16,17 +16,16 @@ import jax.numpy as jnp
 from attention_lab import ops
 from attention_lab.ops import attention as attention_ops
 
-KERNELS = {"gpu": "cudnn", "tpu": "pallas"}
 LABELS = {"cudnn": "Attn (cuDNN flash)", "pallas": "Attn (Pallas flash)"}
-PALLAS_BLOCK = 128
 NONE_HERE = ("Fused regular attention (cuDNN flash on a GPU, Pallas flash on a TPU): none on "
              "this device")
+_BLOCK = 128  # the Pallas kernel's block length
 
 
 def kernel_for(platform: str | None = None) -> str | None:
   """'cudnn' on a GPU, 'pallas' on a TPU, None elsewhere (default: jax's default backend)."""
-  platform = platform or jax.default_backend()
-  return KERNELS.get("gpu" if platform in ("gpu", "cuda", "rocm") else platform)
+  return {"gpu": "cudnn", "cuda": "cudnn", "rocm": "cudnn", "tpu": "pallas"}.get(
+      platform or jax.default_backend())
 
 
 def kernel_of(config) -> str | None:
@@ -35,44 +34,40 @@ def kernel_of(config) -> str | None:
   choice = config.get("fused_attention", "auto")
   if choice == "auto":
     return kernel_for()
-  if choice in ("none", "", None):
-    return None
-  if choice not in LABELS:
-    raise ValueError(f"config.fused_attention = {choice!r}: must be auto|none|"
-                     f"{'|'.join(LABELS)}")
-  return choice
+  if choice not in ("none", "", None, *LABELS):
+    raise ValueError(f"config.fused_attention = {choice!r}: must be auto|none|{'|'.join(LABELS)}")
+  return choice if choice in LABELS else None
 
 
 def unsupported_reason(kernel: str, q, k, v, *, bias=None, training: bool = False,
                        compute_capability: tuple[int, int] | None = None) -> str | None:
-  """Why `kernel` cannot attend q (B, Nq, H, D), k, v (B, Nk, H, Dv): one line naming the rule;
-  None if it can. `compute_capability`: the present GPU's by default (pre-Hopper limits off one)."""
+  """Why `kernel` cannot attend q (B, Nq, H, D), k, v (B, Nk, H, Dv): one line naming the first
+  rule broken; None if it can. `compute_capability`: the present GPU's by default (limits are
+  lower before Hopper)."""
   d, dv = q.shape[-1], v.shape[-1]
-  if kernel == "cudnn":
+  if kernel == "pallas":
+    rules = [(dv != d, f"value head dim {dv} ≠ {d}: the Pallas flash kernel needs them equal"),
+             (d > _BLOCK and d % _BLOCK,
+              f"head dim {d}: the Pallas flash kernel needs ≤ 128 or a multiple of 128")]
+  elif kernel == "cudnn":
     cc = compute_capability
     if cc is None and jax.default_backend() == "gpu":
       cc = tuple(int(x) for x in jax.devices()[0].compute_capability.split("."))
-    hopper = cc is not None and tuple(cc) >= (9, 0)
-    dtype = jnp.dtype(q.dtype)
-    if dtype not in (jnp.float16, jnp.bfloat16):
-      return f"{dtype.name}: cuDNN flash attention needs float16/bfloat16"
+    hopper, dtype = tuple(cc or ()) >= (9, 0), jnp.dtype(q.dtype)
     limit = 256 if hopper else 128
-    if d % 8 or d > limit:
-      return (f"head dim {d}: cuDNN flash attention needs a multiple of 8, ≤ {limit}"
-              f"{' (Hopper)' if hopper else ' (≤ 256 from compute capability 9.0)'}")
-    if dv != d and not hopper:
-      return f"value head dim {dv} ≠ {d}: cuDNN needs compute capability ≥ 9.0 for that"
-    if bias is not None and training and (q.shape[1] % 2 or k.shape[1] % 2):
-      return (f"sequence lengths {q.shape[1]}, {k.shape[1]}: cuDNN training with a bias "
-              "needs even lengths")
-    return None
-  if kernel == "pallas":
-    if dv != d:
-      return f"value head dim {dv} ≠ {d}: the Pallas flash kernel needs them equal"
-    if d > PALLAS_BLOCK and d % PALLAS_BLOCK:
-      return f"head dim {d}: the Pallas flash kernel needs ≤ 128 or a multiple of 128"
-    return None
-  raise ValueError(f"kernel must be one of {sorted(LABELS)}, got {kernel!r}")
+    rules = [
+        (dtype not in (jnp.float16, jnp.bfloat16),
+         f"{dtype.name}: cuDNN flash attention needs float16/bfloat16"),
+        (d % 8 or d > limit, f"head dim {d}: cuDNN flash attention needs a multiple of 8, "
+         f"≤ {limit}{' (Hopper)' if hopper else ' (≤ 256 from compute capability 9.0)'}"),
+        (dv != d and not hopper,
+         f"value head dim {dv} ≠ {d}: cuDNN needs compute capability ≥ 9.0 for that"),
+        (bias is not None and training and (q.shape[1] % 2 or k.shape[1] % 2),
+         f"sequence lengths {q.shape[1]}, {k.shape[1]}: cuDNN training with a bias needs even "
+         "lengths")]
+  else:
+    raise ValueError(f"kernel must be one of {sorted(LABELS)}, got {kernel!r}")
+  return next((why for broken, why in rules if broken), None)
 
 
 def cudnn_attention(q, k, v, *, scale=None, bias=None):
@@ -87,7 +82,7 @@ def pallas_attention(q, k, v, *, scale=None, bias=None, kernel=None):
   from jax.experimental.pallas.ops.tpu import flash_attention as fa  # pylint: disable=g-import-not-at-top
   kernel = kernel or fa.flash_attention
   nq, nk = q.shape[1], k.shape[1]
-  pad = lambda n: -n % PALLAS_BLOCK
+  pad = lambda n: -n % _BLOCK
   q = q * jnp.asarray(attention_ops.default_scale(q, scale), q.dtype)
   heads_first = lambda x, n: jnp.pad(jnp.swapaxes(x, 1, 2),
                                      ((0, 0), (0, 0), (0, pad(n)), (0, 0)))

@@ -41,7 +41,6 @@ def run(main: Callable) -> None:
   app.run(guarded, flags_parser=cli.parse_flags)
 
 
-
 def output_stem(config) -> str:
   """`config.table`, with the compute dtype appended unless float32."""
   dtype = config.get("dtype", "float32")
@@ -94,11 +93,8 @@ def md_table(columns: dict, rows) -> list:
 
 def machine() -> dict:
   cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
-  except OSError:
-    pass
+  with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+    cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
   dev = jax.devices()[0]
   return {"cpu": cpu, "cores": os.cpu_count(), "device": f"{dev.platform}:{dev.device_kind}",
           "jax": jax.__version__, "python": platform.python_version()}
@@ -107,7 +103,6 @@ def machine() -> dict:
 def machine_line(m: dict | None = None) -> str:
   m = m or machine()
   return f"{m['cpu']}, {m['cores']} cores, device {m['device']}, jax {m['jax']}"
-
 
 
 def accounting(compiled) -> dict:
@@ -130,19 +125,18 @@ def compile_fn(fn: Callable, *args, donate_argnums=()):
   return compiled, accounting(compiled)
 
 
-def _unrolled_fori_loop(lower, upper, body, init, **_):
-  for i in range(lower, upper):
-    init = body(i, init)
-  return init
-
-
 @contextlib.contextmanager
 def unrolled_loops():
   """Traces static `lax.fori_loop`s unrolled: XLA's flops count a loop body once, whatever its
   trip count. Trace caches are cleared on entry and exit (a cached looped trace would be reused)."""
+  def unrolled(lower, upper, body, init, **_):
+    for i in range(lower, upper):
+      init = body(i, init)
+    return init
+
   jax.clear_caches()
   try:
-    with mock.patch.object(jax.lax, "fori_loop", _unrolled_fori_loop):
+    with mock.patch.object(jax.lax, "fori_loop", unrolled):
       yield
   finally:
     jax.clear_caches()
@@ -155,7 +149,6 @@ def madd_of(fn: Callable, *args) -> int:
 
 def params_of(model) -> int:
   return sum(math.prod(v.shape) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
-
 
 
 def _sample(compiled, args, inner: int) -> float:
@@ -195,7 +188,6 @@ def time_programs(rows: dict, programs: dict, config) -> None:
     for name, _ in chosen:
       rows[name][program]["speedup"] = (rows[config.baseline][program]["time_s"]
                                         / rows[name][program]["time_s"])
-
 
 
 def inference_fn(model):
@@ -250,12 +242,8 @@ def train_step(build: Callable, tx, loss: Callable, *, abstract: bool):
 def layer_program(model, program: str, x):
   """(fn, XLA accounting, compiled, abstract args) of a layer's 'infer' (`inference_fn`) or
   'train' (`training_fn`, cotangent shaped as x) program on input x."""
-  if program == "infer":
-    fn, state = inference_fn(model)
-    args = (state, x)
-  else:
-    fn, params, rest = training_fn(model)
-    args = (params, rest, x, x)
+  fn, *state = (inference_fn if program == "infer" else training_fn)(model)
+  args = (*state, x) if program == "infer" else (*state, x, x)
   compiled, acct = compile_fn(fn, *args)
   return fn, acct, compiled, args
 
@@ -265,7 +253,6 @@ def concrete(args, key=0):
   fill = lambda a: (jax.random.uniform(jax.random.key(key), a.shape, a.dtype)
                     if isinstance(a, jax.ShapeDtypeStruct) else a)
   return jax.tree.map(fill, args, is_leaf=lambda a: isinstance(a, jax.ShapeDtypeStruct))
-
 
 
 def sweep(config, names, compile_at: Callable) -> list:
@@ -292,15 +279,14 @@ def sweep_lines(config, sweep_points, what: str) -> list:
   """Markdown of a sweep: ms and MB per name and side, linking the table's plot."""
   if not sweep_points:
     return []
-  names = list(dict.fromkeys(p["operator"] for p in sweep_points))
   stem = output_stem(config)
-  at = lambda side, o: next(p for p in sweep_points if p["side"] == side and p["operator"] == o)
-  cell = lambda p: ("over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}") + (
-      f" | {p['total_bytes'] / MB:.1f}")
+  at = {(p["side"], p["operator"]): p for p in sweep_points}
+  ms = lambda p: "over budget" if p["time_s"] is None else f"{1e3 * p['time_s']:.3f}"
+  columns = {"side": lambda side: f"{side}²"}
+  for o in dict.fromkeys(p["operator"] for p in sweep_points):
+    columns[f"{LABELS[o]} ms"] = lambda side, o=o: ms(at[side, o])
+    columns[f"{LABELS[o]} MB"] = lambda side, o=o: f"{at[side, o]['total_bytes'] / MB:.1f}"
   return ["", f"## Sweep over the grid side ({what}; plot: [{stem}.png]({stem}.png))", "",
           f"{config.sweep_note} Entries 'over budget' passed the memory budget of "
-          f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", "",
-          "| side | " + " | ".join(f"{LABELS[o]} ms | {LABELS[o]} MB" for o in names) + " |",
-          "|---|" + "---|---|" * len(names)] + [
-              f"| {side}² | " + " | ".join(cell(at(side, o)) for o in names) + " |"
-              for side in dict.fromkeys(p["side"] for p in sweep_points)]
+          f"{config.memory_budget_gib} GiB (XLA total) and were compiled but not run.", ""
+          ] + md_table(columns, dict.fromkeys(p["side"] for p in sweep_points))
