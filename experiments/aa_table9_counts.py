@@ -2,15 +2,11 @@
 
   python -m experiments.aa_table9_counts
 
-The paper (appendix A.2) lists 43k / 90k / 190k parameters and 22M / 40M / 19M FLOPS per layer
-(stages 2 / 3 / 4). Its parameters are the attention branch's two 1×1 convolutions with
-dk = max(κ·Fout, 20·Nh) = 160 keys; its FLOPS are 2 × the MAdd of the q/k/v and output convs,
-relative logits and weights·v on the attention grid. The terms are checked against `nnx`
-counts and the traced jaxpr of our AugmentedConv. Which conventions were tried: the notes of
-experiments/results/aa_table9_counts.md.
+The parameters are the attention branch's two 1×1 convolutions with dk = max(κ·Fout, 20·Nh) =
+160 keys; the nearest FLOPS are 2 × the MAdd of the q/k/v and output convs, relative logits and
+weights·v on the attention grid. Each term is checked against `nnx` counts and the traced jaxpr
+of our AugmentedConv. The conventions tried: the notes of experiments/results/aa_table9_counts.md.
 """
-
-import math
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +14,28 @@ from flax import nnx
 
 from attention_lab import cli
 from attention_lab.layers.augmented_conv import AugmentedConv
-from experiments import measure, model_stats
+from configs.efficiency import aa_table9
+from experiments import measure
 
-HEADS, KAPPA, UPSILON, MIN_KEY_DIMS = 8, 0.2, 0.1, 20
+# The layers and the paper's columns are the memory table's: configs/efficiency/aa_table9.py.
+_CONFIG = aa_table9.get_config()
+HEADS, MIN_KEY_DIMS = _CONFIG.heads, _CONFIG.min_key_dims_per_head
 # (stage, layers, Fin = Fout, input side, attention side): ResNet-50's bottleneck 3×3 convs.
-STAGES = (("stage 2", 4, 128, 28, 14), ("stage 3", 6, 256, 14, 14), ("stage 4", 3, 512, 7, 7))
-PAPER_PARAMS = (43e3, 90e3, 190e3)
-PAPER_FLOPS = (22e6, 40e6, 19e6)
-PAPER_TOTALS = (1.3e6, 390e6)
+STAGES = tuple((s["name"], s["layers"], s["channels"], s["side"], s["attention_side"])
+               for s in _CONFIG.stages)
+_number = lambda text: float(text[:-1]) * {"k": 1e3, "M": 1e6}[text[-1]]  # "43k", "22M"
+PAPER_PARAMS = tuple(_number(params) for _, (_, params, _) in _CONFIG.paper)
+PAPER_FLOPS = tuple(_number(flops) for _, (_, _, flops) in _CONFIG.paper)
+PAPER_TOTALS = (1.3e6, 390e6)  # 13 layers: parameters, FLOPS
 PARAM_TERMS = ("qkv kernel", "output kernel")
 FLOPS_TERMS = ("qkv conv", "output conv", "relative logits", "weights·v")
 
 
 def _layer(cin, side, min_key_dims, downsample=False):
   return nnx.eval_shape(lambda: AugmentedConv(
-      cin, cin, 3, kappa=KAPPA, upsilon=UPSILON, heads=HEADS, min_key_dims_per_head=min_key_dims,
-      downsample=downsample, spatial_shape=(side, side), rngs=nnx.Rngs(0)))
+      cin, cin, 3, kappa=_CONFIG.kappa, upsilon=_CONFIG.upsilon, heads=HEADS,
+      min_key_dims_per_head=min_key_dims, downsample=downsample, spatial_shape=(side, side),
+      rngs=nnx.Rngs(0)))
 
 
 def depths(channels: int, min_key_dims: int) -> tuple[int, int]:
@@ -61,46 +63,47 @@ def measured(cin: int, side: int, attention_side: int,
   """(attention-branch parameters, attention-branch MAdd, whole-layer MAdd) of our
   AugmentedConv, from nnx and the traced jaxpr."""
   layer = _layer(cin, side, min_key_dims, downsample=attention_side < side)
-  params = sum(math.prod(v.get_value().shape) for path, v in
-               nnx.to_flat_state(nnx.state(layer, nnx.Param)) if path[0] != "conv")
   graphdef, state = nnx.split(layer)
   x = jax.ShapeDtypeStruct((1, side, side, cin), jnp.float32)
-  madd = lambda f: model_stats.count_madd(jax.make_jaxpr(f)(state, x).jaxpr)
-  return (params, madd(lambda s, x: nnx.merge(graphdef, s)._attend(x)),  # pylint: disable=protected-access
-          madd(lambda s, x: nnx.merge(graphdef, s)(x)))
+  attend = lambda s, x: nnx.merge(graphdef, s)._attend(x)  # pylint: disable=protected-access
+  return (measure.params_of(layer) - measure.params_of(layer.conv),
+          measure.madd_of(attend, state, x),
+          measure.madd_of(lambda s, x: nnx.merge(graphdef, s)(x), state, x))
 
 
 def counts() -> dict:
-  checks, ours_params, ours_flops, conv_params, conv_flops, with_qk = [], [], [], [], [], []
+  """Per stage: ours (dk = κ·Fout), the paper's conventions (dk = 160), the checks of the terms."""
+  r = dict(stages=[s[0] for s in STAGES], paper_params=PAPER_PARAMS, paper_flops=PAPER_FLOPS,
+           paper_totals=PAPER_TOTALS, ours_params=[], ours_flops=[], convention_params=[],
+           convention_flops=[], convention_flops_with_qk=[], checks=[])
   for name, _, c, s, a in STAGES:
-    for min_key in (0, MIN_KEY_DIMS):
+    for min_key in (0, MIN_KEY_DIMS):  # the last pass leaves dk, dv, params of dk = 160
       dk, dv = depths(c, min_key)
-      p, madd, layer_madd = measured(c, s, a, min_key)
-      terms_p, terms_m = param_terms(c, dk, dv, a), madd_terms(c, dk, dv, a, s)
-      checks.append(dict(stage=name, dk=dk, dv=dv, params_nnx=p,
-                         params_formula=(terms_p["qkv kernel"] + terms_p["output kernel"]
-                                         + terms_p["relative tables"]),
-                         madd_jaxpr=madd, madd_formula=sum(terms_m.values()),
-                         layer_madd=layer_madd))
-    ours_params.append(checks[-2]["params_nnx"])
-    ours_flops.append(checks[-2]["layer_madd"])
-    dk, dv = depths(c, MIN_KEY_DIMS)
-    conv_params.append(sum(param_terms(c, dk, dv, a)[t] for t in PARAM_TERMS))
+      branch_params, branch_madd, layer_madd = measured(c, s, a, min_key)
+      params = param_terms(c, dk, dv, a)
+      r["checks"].append(dict(
+          stage=name, dk=dk, dv=dv, params_nnx=branch_params,
+          params_formula=sum(params[t] for t in (*PARAM_TERMS, "relative tables")),
+          madd_jaxpr=branch_madd, madd_formula=sum(madd_terms(c, dk, dv, a, s).values()),
+          layer_madd=layer_madd))
+    r["ours_params"].append(r["checks"][-2]["params_nnx"])
+    r["ours_flops"].append(r["checks"][-2]["layer_madd"])
+    r["convention_params"].append(sum(params[t] for t in PARAM_TERMS))
     grid = madd_terms(c, dk, dv, a, a)  # q/k/v on the attention grid
-    conv_flops.append(2 * sum(grid[t] for t in FLOPS_TERMS))
-    with_qk.append(2 * sum(grid.values()))
-  return dict(stages=[s[0] for s in STAGES], paper_params=PAPER_PARAMS, paper_flops=PAPER_FLOPS,
-              paper_totals=PAPER_TOTALS, ours_params=ours_params, ours_flops=ours_flops,
-              convention_params=conv_params, convention_flops=conv_flops,
-              convention_flops_with_qk=with_qk, checks=checks)
+    r["convention_flops"].append(2 * sum(grid[t] for t in FLOPS_TERMS))
+    r["convention_flops_with_qk"].append(2 * sum(grid.values()))
+  return r
 
 
 def markdown(r) -> str:
-  k = lambda vs: " | ".join(f"{v / 1e3:.1f}k" for v in vs)
-  m = lambda vs: " | ".join(f"{v / 1e6:.1f}M" for v in vs)
+  """The tables of a `counts()` record."""
+  scaled = lambda vs, unit, spec: " | ".join(
+      f"{v / {'k': 1e3, 'M': 1e6}[unit]:{spec}}{unit}" for v in vs)
   worst = lambda vs, paper: f"{100 * max(abs(v - p) / p for v, p in zip(vs, paper)):.1f}%"
+  ours = lambda key, unit, paper: f"{scaled(r[key], unit, '.1f')} | {worst(r[key], paper)}"
+  total = lambda key: sum(n * v for (_, n, *_), v in zip(STAGES, r[key])) / 1e6
   small = "/".join(str(c["dk"]) for c in r["checks"][::2])
-  total = lambda vs: sum(n * v for (_, n, *_), v in zip(STAGES, vs))
+  params, flops = r["paper_params"], r["paper_flops"]
   lines = [
       "# AA Table 9: the parameters and FLOPS columns", "",
       "Command: `python -m experiments.aa_table9_counts` (arithmetic; nothing is timed). The "
@@ -110,20 +113,21 @@ def markdown(r) -> str:
       "attention on 14² / 14² / 7², stage 2 after 3×3/2 pooling), with dk = κ·Fout rounded to "
       f"a multiple of Nh ({small}) and dk = max(κ·Fout, 20·Nh) = 160 (AA Sec. 4.1's minimum "
       "of 20 key dimensions per head, which models/resnet.py's AA-ResNets use).", "",
-      "| per layer | dk | stage 2 | stage 3 | stage 4 | worst Δ | 13 layers |", "|---|---|---|---|---|---|---|",
-      "| paper parameters | | 43k | 90k | 190k | | 1.3M |",
-      f"| ours without the 20-per-head minimum (branch: qkv + output kernels + relative tables) "
-      f"| {small} | {k(r['ours_params'])} | {worst(r['ours_params'], PAPER_PARAMS)} | |",
-      f"| paper's convention: {' + '.join(PARAM_TERMS)} | 160 | {k(r['convention_params'])} | "
-      f"{worst(r['convention_params'], PAPER_PARAMS)} | {total(r['convention_params']) / 1e6:.2f}M |",
-      "| paper FLOPS | | 22M | 40M | 19M | | 390M |",
-      f"| ours in aa_table9.md: MAdd of the whole AA layer, 3×3 convolution included | {small} | "
-      f"{m(r['ours_flops'])} | {worst(r['ours_flops'], PAPER_FLOPS)} | |",
+      f"| per layer | dk | {' | '.join(r['stages'])} | worst Δ | "
+      f"{sum(s[1] for s in STAGES)} layers |", "|---|---|---|---|---|---|---|",
+      f"| paper parameters | | {scaled(params, 'k', 'g')} | | "
+      f"{r['paper_totals'][0] / 1e6:g}M |",
+      "| ours without the 20-per-head minimum (branch: qkv + output kernels + relative tables) "
+      f"| {small} | {ours('ours_params', 'k', params)} | |",
+      f"| paper's convention: {' + '.join(PARAM_TERMS)} | 160 | "
+      f"{ours('convention_params', 'k', params)} | {total('convention_params'):.2f}M |",
+      f"| paper FLOPS | | {scaled(flops, 'M', 'g')} | | {r['paper_totals'][1] / 1e6:g}M |",
+      f"| ours in aa_table9.md: MAdd of the whole AA layer, 3×3 convolution included | {small} "
+      f"| {ours('ours_flops', 'M', flops)} | |",
       f"| nearest convention: 2 × ({' + '.join(FLOPS_TERMS)}), q/k/v on the attention grid | "
-      f"160 | {m(r['convention_flops'])} | {worst(r['convention_flops'], PAPER_FLOPS)} | "
-      f"{total(r['convention_flops']) / 1e6:.0f}M |",
-      f"| the same with the q·k logits (N²·dk) | 160 | {m(r['convention_flops_with_qk'])} | "
-      f"{worst(r['convention_flops_with_qk'], PAPER_FLOPS)} | |",
+      f"160 | {ours('convention_flops', 'M', flops)} | {total('convention_flops'):.0f}M |",
+      "| the same with the q·k logits (N²·dk) | 160 | "
+      f"{ours('convention_flops_with_qk', 'M', flops)} | |",
       "", "## Checks of the arithmetic", "",
       "| stage | dk / dv | params: nnx count of our layer / qkv + output kernels + tables "
       "| attention-branch MAdd: traced jaxpr / sum of the terms |", "|---|---|---|---|"]

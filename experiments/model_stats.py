@@ -3,11 +3,10 @@
   python -m experiments.model_stats               # SAO T3/4/6/8, KAO T2-4, AA T1-4
   python -m experiments.model_stats segmentation  # KAO T5, Ham T1-2/4 at 513²
 
-Parameters from `nnx.eval_shape` (nothing allocated), all trainable ones and the papers'
-convention (kernels and the SAO w: SAO Table 8's SANet 3,449,408 exactly). MAdd: one per term
-of every convolution and dot product of the traced forward pass at batch 1 (the papers'
-GFlops are 2×MAdd). Writes experiments/results/{model_stats,segmentation_models}.{md,json,png};
-why rows differ from the papers: the notes of model_stats.md.
+Parameters of `nnx.eval_shape` models (nothing allocated); MAdd: one per term of every
+convolution and dot product of the traced forward pass at batch 1 (the papers' GFlops are
+2 × MAdd). Writes experiments/results/{model_stats,segmentation_models}.{md,json,png}; why
+rows differ from the papers: the notes of model_stats.md.
 """
 
 import math
@@ -21,23 +20,13 @@ from attention_lab.models import segmentation  # noqa: F401  (registers the name
 from configs.hamburger import ade20k_hamnet
 
 KERNEL_NAMES = ("kernel", "w")
-
-
-def _mnasnet_rows():
-  """AA Table 4: width, (params, GFlops) of MnasNet-A1 and of AA-MnasNet-A1."""
-  for width, plain, augmented in [(0.75, (2.91e6, 0.45), (3.02e6, 0.51)),
-                                  (1.0, (3.89e6, 0.63), (4.06e6, 0.70)),
-                                  (1.25, (5.26e6, 1.01), (5.53e6, 1.11)),
-                                  (1.4, (6.10e6, 1.17), (6.44e6, 1.29))]:
-    for aa, (params, gflops) in ((False, plain), (True, augmented)):
-      yield (f"{'AA-' if aa else ''}MnasNet-{width}", f"{'aa_' if aa else ''}mnasnet_a1", params,
-             gflops * 1e9 / 2, dict(width=width))
-
+_IMAGENET = dict(input=(224, 224, 3), classes=1000)
 
 # Per table: input, classes, rows (label, registry name, paper params, paper MAdd[, overrides]);
-# None where the paper gives no number. params="all": the paper counts every trainable parameter.
+# None where the paper gives no number. The papers count kernels and the SAO w (SAO Table 8's
+# SANet 3,449,408 exactly), or every trainable parameter where params="all".
 TABLES = {
-    "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": dict(input=(224, 224, 3), classes=1000, rows=[
+    "SAO Tables 3, 6, 8 (ImageNet, 224², 1000 classes)": dict(_IMAGENET, rows=[
         ("MobileNetV2", "mobilenet_v2", 3.47e6, 300e6),
         ("SANet", "sanet", 3_449_408, 288e6),
         ("SANet w/o SAO", "sanet_no_sao", None, None),
@@ -47,45 +36,46 @@ TABLES = {
         ("SENet", "senet", 3.44e6, 294e6),
         ("AttnNet", "attnnet", 3.44e6, 365e6),
         ("AttnNet + Pool", "attnnet_pool", 3.44e6, 300e6),
-        ("AttnNet 1/N", "attnnet_mean", 3.44e6, 312e6),
-    ]),
-    "KAO Tables 2-4 (ImageNet, 224², 1000 classes)": dict(input=(224, 224, 3), classes=1000, rows=[
+        ("AttnNet 1/N", "attnnet_mean", 3.44e6, 312e6)]),
+    "KAO Tables 2-4 (ImageNet, 224², 1000 classes)": dict(_IMAGENET, rows=[
         ("KANet_KV", "kanet_kv", 3.44e6, 288e6),
         ("KANet_QKV", "kanet_qkv", 3.44e6, 281e6),
         ("MobileNetV2 + KAO", "mobilenet_v2_kao", 3.46e6, 298e6),
-        ("KANet w/o KAO", "kanet_no_kao", 3.46e6, 298e6),
-    ]),
+        ("KANet w/o KAO", "kanet_no_kao", 3.46e6, 298e6)]),
     "AA Table 1 (CIFAR-100, 32², 100 classes)": dict(input=(32, 32, 3), classes=100, rows=[
         ("Wide-ResNet-28-10", "wide_resnet28_10", 36.3e6, 10.4e9 / 2),
         ("GE-Wide-ResNet", "ge_wide_resnet28_10", 36.3e6, 10.4e9 / 2),
         ("SE-Wide-ResNet", "se_wide_resnet28_10", 36.5e6, 10.4e9 / 2),
-        ("AA-Wide-ResNet", "aa_wide_resnet28_10", 36.2e6, 10.9e9 / 2),
-    ]),
-    "AA Tables 2, 3, 6 (ImageNet, 224², 1000 classes)": dict(
-        input=(224, 224, 3), classes=1000, params="all", rows=[
-            ("ResNet-34", "resnet34", 21.8e6, 7.4e9 / 2),
-            ("SE-ResNet-34", "se_resnet34", 22.0e6, 7.4e9 / 2),
-            ("AA-ResNet-34", "aa_resnet34", 20.7e6, 7.1e9 / 2),
-            ("ResNet-50", "resnet50", 25.6e6, 8.2e9 / 2),
-            ("SE-ResNet-50", "se_resnet50", 28.1e6, 8.2e9 / 2),
-            ("AA-ResNet-50", "aa_resnet50", 25.8e6, 8.3e9 / 2),
-            ("ResNet-101", "resnet101", 44.5e6, 15.6e9 / 2),
-            ("SE-ResNet-101", "se_resnet101", 49.3e6, 15.6e9 / 2),
-            ("AA-ResNet-101", "aa_resnet101", 45.4e6, 16.1e9 / 2),
-            ("ResNet-152", "resnet152", 60.2e6, 23.0e9 / 2),
-            ("SE-ResNet-152", "se_resnet152", 66.8e6, 23.1e9 / 2),
-            ("AA-ResNet-152", "aa_resnet152", 61.6e6, 23.8e9 / 2),
-            ("AA-ResNet-50, κ=υ=0.25 (Table 2 AA υ=0.25, Table 6)", "aa_resnet50", 24.3e6,
-             7.9e9 / 2, dict(kappa=0.25, upsilon=0.25)),
-            ("AA-ResNet-50, κ=υ=0.5", "aa_resnet50", 22.3e6, 7.3e9 / 2,
-             dict(kappa=0.5, upsilon=0.5)),
-            ("AA-ResNet-50, κ=υ=0.75", "aa_resnet50", 20.7e6, 6.8e9 / 2,
-             dict(kappa=0.75, upsilon=0.75)),
-            ("AA-ResNet-50, κ=υ=1.0", "aa_resnet50", 19.4e6, 6.3e9 / 2,
-             dict(kappa=1.0, upsilon=1.0)),
-        ]),
-    "AA Table 4 (MnasNet-A1, ImageNet, 224², 1000 classes)": dict(
-        input=(224, 224, 3), classes=1000, params="all", rows=list(_mnasnet_rows())),
+        ("AA-Wide-ResNet", "aa_wide_resnet28_10", 36.2e6, 10.9e9 / 2)]),
+    "AA Tables 2, 3, 6 (ImageNet, 224², 1000 classes)": dict(_IMAGENET, params="all", rows=[
+        ("ResNet-34", "resnet34", 21.8e6, 7.4e9 / 2),
+        ("SE-ResNet-34", "se_resnet34", 22.0e6, 7.4e9 / 2),
+        ("AA-ResNet-34", "aa_resnet34", 20.7e6, 7.1e9 / 2),
+        ("ResNet-50", "resnet50", 25.6e6, 8.2e9 / 2),
+        ("SE-ResNet-50", "se_resnet50", 28.1e6, 8.2e9 / 2),
+        ("AA-ResNet-50", "aa_resnet50", 25.8e6, 8.3e9 / 2),
+        ("ResNet-101", "resnet101", 44.5e6, 15.6e9 / 2),
+        ("SE-ResNet-101", "se_resnet101", 49.3e6, 15.6e9 / 2),
+        ("AA-ResNet-101", "aa_resnet101", 45.4e6, 16.1e9 / 2),
+        ("ResNet-152", "resnet152", 60.2e6, 23.0e9 / 2),
+        ("SE-ResNet-152", "se_resnet152", 66.8e6, 23.1e9 / 2),
+        ("AA-ResNet-152", "aa_resnet152", 61.6e6, 23.8e9 / 2),
+        ("AA-ResNet-50, κ=υ=0.25 (Table 2 AA υ=0.25, Table 6)", "aa_resnet50", 24.3e6,
+         7.9e9 / 2, dict(kappa=0.25, upsilon=0.25)),
+        ("AA-ResNet-50, κ=υ=0.5", "aa_resnet50", 22.3e6, 7.3e9 / 2, dict(kappa=0.5, upsilon=0.5)),
+        ("AA-ResNet-50, κ=υ=0.75", "aa_resnet50", 20.7e6, 6.8e9 / 2,
+         dict(kappa=0.75, upsilon=0.75)),
+        ("AA-ResNet-50, κ=υ=1.0", "aa_resnet50", 19.4e6, 6.3e9 / 2,
+         dict(kappa=1.0, upsilon=1.0))]),
+    "AA Table 4 (MnasNet-A1, ImageNet, 224², 1000 classes)": dict(_IMAGENET, params="all", rows=[
+        ("MnasNet-0.75", "mnasnet_a1", 2.91e6, 0.45e9 / 2, dict(width=0.75)),
+        ("AA-MnasNet-0.75", "aa_mnasnet_a1", 3.02e6, 0.51e9 / 2, dict(width=0.75)),
+        ("MnasNet-1.0", "mnasnet_a1", 3.89e6, 0.63e9 / 2, dict(width=1.0)),
+        ("AA-MnasNet-1.0", "aa_mnasnet_a1", 4.06e6, 0.70e9 / 2, dict(width=1.0)),
+        ("MnasNet-1.25", "mnasnet_a1", 5.26e6, 1.01e9 / 2, dict(width=1.25)),
+        ("AA-MnasNet-1.25", "aa_mnasnet_a1", 5.53e6, 1.11e9 / 2, dict(width=1.25)),
+        ("MnasNet-1.4", "mnasnet_a1", 6.10e6, 1.17e9 / 2, dict(width=1.4)),
+        ("AA-MnasNet-1.4", "aa_mnasnet_a1", 6.44e6, 1.29e9 / 2, dict(width=1.4))]),
 }
 
 # The segmentation models at 513² (label, name, classes, overrides, paper params): the Ham
@@ -136,11 +126,9 @@ def count_madd(jaxpr) -> int:
       (lhs_contract, _), _ = eqn.params["dimension_numbers"]
       lhs = eqn.invars[0].aval.shape
       total += math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contract)
-    elif name == "conv_general_dilated":
-      rhs = eqn.invars[1].aval.shape
-      spec = eqn.params["dimension_numbers"].rhs_spec  # (out, in, *spatial)
-      per_output = rhs[spec[1]] * math.prod(rhs[d] for d in spec[2:])
-      total += math.prod(eqn.outvars[0].aval.shape) * per_output
+    elif name == "conv_general_dilated":  # kernel (out, in, *spatial): in × spatial per output
+      rhs, spec = eqn.invars[1].aval.shape, eqn.params["dimension_numbers"].rhs_spec
+      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs[d] for d in spec[1:])
     else:
       trips = eqn.params.get("length", 1) if name == "scan" else 1
       total += trips * sum(count_madd(sub) for sub in _sub_jaxprs(eqn))
@@ -148,11 +136,9 @@ def count_madd(jaxpr) -> int:
 
 
 def _eval_forward(model):
-  """(pure forward(state, x) in evaluation mode, its state)."""
-  model_eval = nnx.merge(*nnx.split(model))
-  model_eval.eval()
-  graphdef, state = nnx.split(model_eval)
-  return (lambda state, x: nnx.merge(graphdef, state)(x)), state
+  """(pure forward(state, x) in evaluation mode, its state) of a copy: `model` keeps its mode."""
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  return measure.inference_fn(nnx.merge(*nnx.split(model)))
 
 
 def forward_madd(model, input_shape) -> int:
@@ -162,70 +148,87 @@ def forward_madd(model, input_shape) -> int:
   return count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
 
 
-def xla_flops_half(model, input_shape) -> float:
-  """XLA's cost-analysis flops / 2 of one forward pass at batch 1 (norms, activations too)."""
+def classification() -> list[dict]:
+  """A record per row of TABLES; beside the MAdd, XLA's flops/2 (norms, activations too)."""
   from experiments import measure  # pylint: disable=g-import-not-at-top
-  forward, state = _eval_forward(model)
-  return measure.compile_fn(forward, state, jax.ShapeDtypeStruct((1, *input_shape),
-                                                                 jnp.float32))[1]["xla_flops"] / 2
-
-
-def _delta(ours, paper):
-  return "" if paper is None else f"{100 * (ours - paper) / paper:+.2f}%"
-
-
-def classification():
-  lines, records = ["# Model parameters and MAdd beside the papers", "",
-                    "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch "
-                    "norm; MAdd = multiply-adds of convolutions and dot products at batch 1 "
-                    "(XLA's own flops/2, which also counts norms and activations, beside it)."], []
+  records = []
   for title, table in TABLES.items():
-    lines += ["", f"## {title}", "",
-              "| model | registry name | params (all) | params (paper conv.) | paper | Δ | "
-              "MAdd | XLA flops/2 | paper | Δ |", "|---|---|---|---|---|---|---|---|---|---|"]
+    x = jax.ShapeDtypeStruct((1, *table["input"]), jnp.float32)
     for label, name, paper_params, paper_madd, *overrides in table["rows"]:
       model = build_abstract(name, table["classes"], **(overrides[0] if overrides else {}))
-      total, kernels = count_params(model)
-      madd, xla = forward_madd(model, table["input"]), xla_flops_half(model, table["input"])
-      ours = total if table.get("params") == "all" else kernels
-      lines.append(
-          f"| {label} | `{name}` | {total:,} | {kernels:,} | "
-          f"{'' if paper_params is None else f'{paper_params:,.0f}'} | {_delta(ours, paper_params)} | "
-          f"{madd / 1e6:.1f}m | {xla / 1e6:.1f}m | "
-          f"{'' if paper_madd is None else f'{paper_madd / 1e6:.0f}m'} | {_delta(madd, paper_madd)} |")
+      (total, kernels), (forward, state) = count_params(model), _eval_forward(model)
       records.append(dict(table=title, label=label, model=name, params_all=total,
                           params_paper_convention=kernels, paper_params=paper_params,
-                          madd=madd, xla_flops_half=xla, paper_madd=paper_madd))
-      print(lines[-1], flush=True)
-  return "model_stats", records, lines + ["", "Plot (ours − paper per row, %): "
-                                          "[model_stats.png](model_stats.png)"]
+                          madd=count_madd(jax.make_jaxpr(forward)(state, x).jaxpr),
+                          xla_flops_half=measure.compile_fn(forward, state, x)[1]["xla_flops"] / 2,
+                          paper_madd=paper_madd))
+      print(records[-1], flush=True)
+  return records
 
 
-def segmentation_models():
-  lines, records = ["# Segmentation models: parameters and MAdd at 513×513", "",
-                    "All trainable parameters (BN included); MAdd of convolutions and dot "
-                    "products at batch 1 from the traced forward pass (experiments/model_stats.py).",
-                    "", "| model | params | paper params | MAdd at 513² |", "|---|---|---|---|"], []
+def classification_md(records) -> str:
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  delta = lambda ours, paper: "" if paper is None else f"{100 * (ours - paper) / paper:+.2f}%"
+  ours = lambda r: r["params_all" if TABLES[r["table"]].get("params") == "all"
+                     else "params_paper_convention"]
+  millions = lambda key, spec=".1f": lambda r: measure.fmt(r[key] and r[key] / 1e6, spec, "m")
+  columns = {"model": lambda r: r["label"], "registry name": lambda r: f"`{r['model']}`",
+             "params (all)": lambda r: f"{r['params_all']:,}",
+             "params (paper conv.)": lambda r: f"{r['params_paper_convention']:,}",
+             "paper params": lambda r: measure.fmt(r["paper_params"], ",.0f"),
+             "params Δ": lambda r: delta(ours(r), r["paper_params"]),
+             "MAdd": millions("madd"), "XLA flops/2": millions("xla_flops_half"),
+             "paper MAdd": millions("paper_madd", ".0f"),
+             "MAdd Δ": lambda r: delta(r["madd"], r["paper_madd"])}
+  lines = ["# Model parameters and MAdd beside the papers", "",
+           "Params (paper convention) = conv/linear kernels + SAO w, no biases or batch norm; "
+           "MAdd = multiply-adds of convolutions and dot products at batch 1 (XLA's own "
+           "flops/2, which also counts norms and activations, beside it)."]
+  for title in TABLES:
+    lines += ["", f"## {title}", "",
+              *measure.md_table(columns, [r for r in records if r["table"] == title])]
+  return "\n".join(lines + ["", "Plot (ours − paper per row, %): "
+                                "[model_stats.png](model_stats.png)", ""])
+
+
+def segmentation_models() -> list[dict]:
+  """A record per row of SEGMENTATION: all trainable parameters, MAdd at 513²."""
+  records = []
   for label, name, classes, overrides, paper in SEGMENTATION:
     model = build_abstract(name, classes, **overrides)
-    params, madd = count_params(model)[0], forward_madd(model, (513, 513, 3))
-    records.append(dict(model=label, params=params, paper_params=paper, madd=madd))
-    lines.append(f"| {label} | {params / 1e6:.2f}M ({params:,}) | "
-                 f"{'—' if paper is None else f'{paper / 1e6:.2f}M'} | {madd / 1e9:.1f}G |")
-    print(lines[-1], flush=True)
-  return "segmentation_models", records, lines + [
-      "", "Plot (parameters and MAdd per model): [segmentation_models.png](segmentation_models.png)"]
+    records.append(dict(model=label, params=count_params(model)[0], paper_params=paper,
+                        madd=forward_madd(model, (513, 513, 3))))
+    print(records[-1], flush=True)
+  return records
+
+
+def segmentation_md(records) -> str:
+  from experiments import measure  # pylint: disable=g-import-not-at-top
+  return "\n".join([
+      "# Segmentation models: parameters and MAdd at 513×513", "",
+      "All trainable parameters (BN included); MAdd of convolutions and dot products at batch "
+      "1 from the traced forward pass (experiments/model_stats.py).", "",
+      *measure.md_table({
+          "model": lambda r: r["model"],
+          "params": lambda r: f"{r['params'] / 1e6:.2f}M ({r['params']:,})",
+          "paper params": lambda r: measure.fmt(r["paper_params"] and r["paper_params"] / 1e6,
+                                                ".2f", "M", "—"),
+          "MAdd at 513²": lambda r: f"{r['madd'] / 1e9:.1f}G"}, records),
+      "", "Plot (parameters and MAdd per model): [segmentation_models.png]"
+      "(segmentation_models.png)", ""])
 
 
 def main(argv):
   from experiments import measure, plots  # pylint: disable=g-import-not-at-top
-  tables = {"classification": classification, "segmentation": segmentation_models}
+  tables = {"classification": ("model_stats", classification, classification_md),
+            "segmentation": ("segmentation_models", segmentation_models, segmentation_md)}
   if len(argv) > 2 or argv[1:] and argv[1] not in tables:
     cli.fail(f"unexpected arguments {argv[1:]}; the one argument is optional: "
              f"{' or '.join(tables)} (default classification)")
-  stem, records, lines = tables[argv[1] if len(argv) > 1 else "classification"]()
-  measure.write(measure.RESULTS, stem, records, "\n".join(lines) + "\n")
-  plots.draw(stem)
+  stem, count, markdown = tables[argv[1] if len(argv) > 1 else "classification"]
+  records = count()
+  measure.write(measure.RESULTS, stem, records, markdown(records))
+  plots.draw(stem, records)
 
 
 if __name__ == "__main__":
