@@ -3,17 +3,14 @@ and a short run of each default experiment, on the GPU or TPU present.
 
   python -m experiments.accelerator_report [--out=DIR] [--smoke] [--parts=NAME,...]
 
-Each part is its own process (experiments/runs.py; a failure stops only its part):
-`experiments.efficiency` per table (SAO T2 / KAO T1 in float32 and bfloat16 with the device's
-fused attention beside XLA's, Ham T3, Refined-SA T2-3, AA T9, SAO T5 at the paper's batch in
-float32 and bfloat16, the performance goals), `experiments.relative_timm`, and
-`attention_lab.main` per default experiment at accelerator size (its perf/ medians from
-`--json`). Writes under experiments/results/<device kind>/ (or --out): README.md (device,
-versions, each part's status and links, the runs' speed), environment.json, report.json,
-tables/, relative/, runs/ and logs/. --smoke: every part at its `:tiny` preset, on any device.
+Each part is its own process (experiments/runs.py; a failure stops only its part). Writes under
+experiments/results/<device kind>/ (or --out): README.md (device, versions, each part's status
+and links, the runs' speed), environment.json, report.json, tables/, relative/, runs/, logs/.
+--smoke: every part at its `:tiny` preset, on any device.
 """
 
 import collections
+import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -60,15 +57,13 @@ def plan(out: pathlib.Path, smoke: bool) -> list[Part]:
   parts.append(Part("relative_timm", "relative", "experiments.relative_timm",
                     f"configs/efficiency/relative_timm.py{tiny}",
                     (f"--config.out_dir={out / 'relative'}",)))
-  for name, (config, batch) in RUNS.items():
-    workdir = out / "runs" / name
-    overrides = [f"--workdir={workdir}", f"--json={workdir / 'final.json'}"]
-    if not smoke:
-      overrides += [f"--config.batch_size={batch}", f"--config.num_train_steps={RUN_STEPS}",
-                    "--config.log_every_steps=50", f"--config.eval_every_steps={RUN_STEPS}",
-                    f"--config.checkpoint_every_steps={RUN_STEPS}"]
-      if name == "gan":  # its FID features come from the default experiment's classifier
-        overrides.append(f"--config.eval.classifier_workdir={out / 'runs' / 'default'}")
+  for name, (config, batch) in RUNS.items():  # run_part gives each its workdir under runs/
+    overrides = [] if smoke else [
+        f"--config.batch_size={batch}", f"--config.num_train_steps={RUN_STEPS}",
+        "--config.log_every_steps=50", f"--config.eval_every_steps={RUN_STEPS}",
+        f"--config.checkpoint_every_steps={RUN_STEPS}"]
+    if name == "gan" and not smoke:  # FID features from the default experiment's classifier
+      overrides.append(f"--config.eval.classifier_workdir={out / 'runs' / 'default'}")
     parts.append(Part(name, "run", "attention_lab.main", f"{config}{tiny}", tuple(overrides)))
   return parts
 
@@ -89,31 +84,29 @@ def environment() -> dict:
          "compute_capability": getattr(d, "compute_capability", None),
          "host": measure.machine_line(), "jax_environment": jax.print_environment_info(True)}
   for package in ("jax", "jaxlib", "jax-cuda12-plugin", "libtpu", "flax", "torch"):
-    try:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
       env[package.replace("-", "_")] = importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-      pass
-  try:
+  with contextlib.suppress(Exception):  # no CUDA plugin, no GPU
     from jax._src.lib import cuda_versions  # pylint: disable=g-import-not-at-top
     env["cudnn"] = cuda_versions.cudnn_get_version()
-  except Exception:  # pylint: disable=broad-except  (no CUDA plugin, no GPU)
-    pass
   return env
 
 
 def run_part(part: Part, out: pathlib.Path) -> dict:
-  """Runs one part (its output to logs/<name>.log); a run's speed from its final JSON."""
-  log = out / "logs" / f"{part.name}.log"
-  final = out / "runs" / part.name / "final.json" if part.kind == "run" else None
-  run = runs.run_module(part.module, [f"--config={part.config}", *part.overrides], log=log,
-                        final=final)
+  """Runs one part (its output to logs/<name>.log); a run trains in a fresh runs/<name>/, its
+  speed from its final JSON."""
+  log, workdir = out / "logs" / f"{part.name}.log", out / "runs" / part.name
+  if part.kind == "run":
+    run = runs.train(part.config, part.overrides, workdir=workdir, log=log)
+  else:
+    run = runs.run_module(part.module, [f"--config={part.config}", *part.overrides], log=log)
   print(f"[{part.name}] {'ok' if not run.returncode else f'FAILED (exit {run.returncode})'} "
         f"in {run.wall_s:.1f} s", flush=True)
   status = {"name": part.name, "kind": part.kind, "command": run.command,
             "returncode": run.returncode, "seconds": run.wall_s,
             "log": str(log.relative_to(out)), "error": run.error, "final": run.final}
-  if final:
-    saved = final.parent / "config.json"  # the run's own record of its config
+  if part.kind == "run":
+    saved = workdir / "config.json"  # the run's own record of its config
     config = json.loads(saved.read_text()) if saved.exists() else {}
     status["speed"] = {"batch": config.get("batch_size"), "steps": config.get(
         "num_train_steps"), **{k: run.final.get(f"perf/{k}") for k in PERF}}

@@ -152,9 +152,9 @@ def _row(config: str, topology: str, r: dict | None, note: str | None) -> str:
 def _table(stem: str, folder: str, rows, selected, redo: bool | None, header: str):
   """Compiles `selected` (config, topology, paper's GPUs or None) per `redo`; writes <stem>.md
   with every row of `rows` and <stem>.json with the compiled ones."""
-  for config, topology, _ in selected if redo is not None else ():
+  for config, topology, _ in selected:
     out = _json_path(config, topology, folder)
-    if redo or not os.path.exists(out):
+    if redo or (redo is not None and not os.path.exists(out)):
       _compile(config, topology, out)
   lines, results, missing = [header, "|" + "---|" * (header.count(" | ") + 1)], [], []
   for config, topology, note in rows:

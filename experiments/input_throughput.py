@@ -4,9 +4,8 @@
       [--warmup=5] [--table_only]
 
 `attention_lab.data.throughput` (its docstring: the method) for each paper train config
-(configs/{sanet,aa,kanet,hamburger,isa}/*.py) → experiments/results/input_throughput.{md,json}.
-The cores a host needs come from examples per CPU-second of the 1-core run, which a shared,
-loaded machine hardly changes; the wall rates beside them are lower bounds.
+(configs/{sanet,aa,kanet,hamburger,isa}/*.py) → experiments/results/input_throughput.{md,json};
+`--configs` replaces only their rows.
 """
 
 import datetime
@@ -22,7 +21,6 @@ from attention_lab.data import throughput
 _CONFIGS = flags.DEFINE_list("configs", None, "Config files (default: every paper config).")
 _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSON.")
 # --seconds, --windows, --warmup, --batch_size, --examples: attention_lab.data.throughput's.
-OUT = os.path.join(os.path.dirname(__file__), "results", "input_throughput")
 
 
 def paper_configs() -> list[str]:
@@ -73,14 +71,14 @@ def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]!r}")
   from experiments import measure  # pylint: disable=g-import-not-at-top  (not in the workers)
+  saved_json = measure.RESULTS / "input_throughput.json"
   saved = None
-  if _TABLE_ONLY.value or (_CONFIGS.value and os.path.exists(OUT + ".json")):
-    with open(OUT + ".json") as f:  # a run of named configs replaces only their rows
-      saved = json.load(f)
+  if _TABLE_ONLY.value or (_CONFIGS.value and saved_json.exists()):
+    saved = json.loads(saved_json.read_text())  # a run of named configs replaces only their rows
   if not _TABLE_ONLY.value:
     machine = {"cpu": measure.machine()["cpu"], "cores": len(throughput.available_cores()),
                "date": datetime.date.today().isoformat(), "load_average": os.getloadavg()}
-    saved = saved or {"machine": machine, "results": []}
+    fresh, saved = saved is None, saved or {"machine": machine, "results": []}
     try:
       configs = {p: cli.load_config(p, field="--configs")
                  for p in _CONFIGS.value or paper_configs()}
@@ -92,19 +90,18 @@ def main(argv):
         result = throughput.run(config, path, batch_size=o.batch_size, seconds=o.seconds,
                                 windows=o.windows, warmup=o.warmup, examples=o.examples,
                                 core_counts=["1", "all"], data_root="",
-                                aot_dir=os.path.dirname(OUT))
+                                aot_dir=str(measure.RESULTS))
         print(throughput.summary(result), flush=True)
       except (ValueError, RuntimeError) as e:
         result = {"config": path, "error": str(e).splitlines()[0]}
         print(f"{path}: {result['error']}", flush=True)
-      if saved["machine"] is not machine:
+      if fresh:
+        machine["load_after"] = os.getloadavg()
+      else:  # the saved machine line is another run's
         result["measured"] = {"date": machine["date"], "load_average": os.getloadavg()}
       saved["results"] = sorted([r for r in saved["results"] if r["config"] != path] + [result],
                                 key=lambda r: r["config"])
-      if saved["machine"] is machine:
-        machine["load_after"] = os.getloadavg()
-      with open(OUT + ".json", "w") as f:
-        json.dump(saved, f, indent=1)
+      saved_json.write_text(json.dumps(saved, indent=1))
   print(measure.write(measure.RESULTS, "input_throughput", None,
                       table(saved["results"], saved["machine"])))
 
