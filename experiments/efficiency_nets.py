@@ -46,17 +46,18 @@ def _batch(config, batch: int, abstract: bool):
 
 def _measure(net, config):
   """(XLA accounting at the paper's batch, donated; (compiled, args) at `time_batch` or None:
-  nothing donated, so one set of arguments serves every timed call)."""
+  nothing donated, so one set of arguments serves every timed call; parameter count)."""
   with (fused_lib.replaced_regular_attention(net["fused"]) if net.get("fused")
         else contextlib.nullcontext()):
     step, state = _step(net, config, abstract=True)
     memory = measure.compile_fn(step, state, *_batch(config, config.paper_batch, True),
                                 donate_argnums=0)[1]
+    params = sum(x.size for x in jax.tree.leaves(state["params"]))
     if not config.time_batch:
-      return memory, None
+      return memory, None, params
     step, state = _step(net, config, abstract=False)
     args = (state, *_batch(config, config.time_batch, False))
-    return memory, (measure.compile_fn(step, *args)[0], args)
+    return memory, (measure.compile_fn(step, *args)[0], args), params
 
 
 def run(config) -> dict:
@@ -78,7 +79,7 @@ def run(config) -> dict:
         nets.remove(net)
         not_run.append({"label": net["label"], "reason": str(e)})
         continue
-      net["memory"], program = cache[key]
+      net["memory"], program, net["params"] = cache[key]
       if program:
         programs[net["label"]] = program
       print(f"{net['label']}: peak {net['memory']['peak_bytes'] / 1e9:.2f} GB", flush=True)
@@ -86,15 +87,12 @@ def run(config) -> dict:
     base = next(n for n in nets if n["label"] == comparison["baseline"])
     for net in nets:
       t = times.get(net["label"], {})
-      params = _step(net, config, True)[1]["params"]
-      net.update(time_s=t.get("time_s"), time_samples=t.get("samples"),
-                 params=sum(x.size for x in jax.tree.leaves(params)))
-    for net in nets:
       paper, bpaper = net.get("paper") or {}, base.get("paper") or {}
       both = lambda key: paper.get(key) and bpaper.get(key)
       net.update(
+          time_s=t.get("time_s"), time_samples=t.get("samples"),
           memory_ratio=net["memory"]["peak_bytes"] / base["memory"]["peak_bytes"],
-          time_ratio=net["time_s"] and net["time_s"] / base["time_s"],
+          time_ratio=t.get("time_s") and t["time_s"] / times[base["label"]]["time_s"],
           paper_memory_ratio=paper["memory_gb"] / bpaper["memory_gb"] if both("memory_gb")
           else None,
           paper_time_ratio=paper["time_s"] / bpaper["time_s"] if both("time_s")
@@ -133,7 +131,7 @@ def markdown(config, result, machine: str) -> str:
   if not config.time_batch:  # memory only
     columns = dict(list(columns.items())[:-3])
   lines = measure.header(config, machine, config.about) + measure.md_table(columns, result["rows"])
-  lines += [f"| | {r['label']} | not run: {r['reason']} |" + " |" * 9
+  lines += [f"| | {r['label']} | not run: {r['reason']} |" + " |" * (len(columns) - 3)
             for r in result.get("fused_not_run") or []]
   goal = result.get("goal") or {}
   if goal:
