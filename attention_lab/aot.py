@@ -29,7 +29,6 @@ H100) rate only with default precision, and it ignores communication and input
 feeding.
 """
 
-import contextlib
 import json
 import os
 import re
@@ -39,6 +38,7 @@ import types
 import numpy as np
 
 from absl import app, flags
+from etils import epath
 from ml_collections import config_flags
 
 from attention_lab import cli
@@ -84,70 +84,22 @@ def _model_dtype(config) -> str:
   return str(model.get("dtype", "float32"))
 
 
-# Split sizes of datasets that are not prepared here (they set only the schedule, not the
-# compiled step's shapes); anything else unprepared counts as 1,000,000 examples.
-_SPLIT_SIZES = {"imagenet2012": {"train": 1_281_167, "validation": 50_000}}
-
-
-@contextlib.contextmanager
-def _without_data():
-  """Lets tasks read `builder.info.splits[...]` of a dataset that is not prepared on this
-  machine (e.g. ImageNet), and skips preparing manual-download datasets (VOC, ADE20K): the
-  compiled step depends on feature shapes, not split sizes."""
-  from tensorflow_datasets.core import dataset_builder, splits  # pylint: disable=g-import-not-at-top
-  original = splits.SplitDict.__getitem__
-  missing = []
-
-  def getitem(self, key):
-    if self:
-      return original(self, key)
-    name = getattr(self, "_dataset_name", None) or ""
-    size = _SPLIT_SIZES.get(name.split("/")[0], {}).get(str(key), 1_000_000)
-    missing.append(str(key))
-    return types.SimpleNamespace(name=str(key), num_examples=size, num_shards=1)
-
-  def contains(self, key):
-    return not self or dict.__contains__(self, key)
-
-  patches = {(splits.SplitDict, "__getitem__"): getitem,
-             (splits.SplitDict, "__contains__"): contains,
-             (dataset_builder.DatasetBuilder, "download_and_prepare"): lambda self, *a, **k: None,
-             (dataset_builder.DatasetBuilder, "is_prepared"): lambda self: True}
-  saved = {(cls, name): cls.__dict__.get(name) for cls, name in patches}
-  for (cls, name), fn in patches.items():
-    setattr(cls, name, fn)
-  try:
-    yield missing
-  finally:
-    for (cls, name), fn in saved.items():
-      if fn is None:
-        delattr(cls, name)
-      else:
-        setattr(cls, name, fn)
-
-
 def _lower(config, devices):
-  """(mesh, abstract state, state and batch specs, the lowered train step, the splits that
-  were not prepared) of `config` over `devices`: the loop's jit, shardings and batch."""
+  """(mesh, abstract state, state and batch specs, the lowered train step) of `config` over
+  `devices`: the loop's task, jit, shardings and batch (train/state.py), no data read."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
 
-  from attention_lab.train import tasks, trainer  # pylint: disable=g-import-not-at-top
-  mesh = trainer.make_mesh(config, devices)
-  if config.batch_size % mesh.size:
-    raise ValueError(f"batch_size = {config.batch_size}: must be divisible by the number of "
-                     f"devices in the mesh ({mesh.size})")
-  with _without_data() as missing:
-    task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
-  abstract = jax.eval_shape(task.init_state)
-  shardings = trainer.state_shardings(abstract, mesh, config.mesh.param_sharding)
-  state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                       abstract, shardings)
+  from attention_lab.train import state as state_lib, tasks  # pylint: disable=g-import-not-at-top
+  mesh = state_lib.make_mesh(config, devices)
+  state_lib.check_batch(config, mesh)
+  task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
+  train = state_lib.TrainState(task, mesh, config.mesh.param_sharding)
+  state = state_lib.abstract_arrays(train.abstract, train.shardings)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}
-  lowered = trainer.jit_train_step(task, shardings).lower(state, batch)
-  return mesh, abstract, state, batch, lowered, missing
+  return mesh, train.abstract, state, batch, train.train_step.lower(state, batch)
 
 
 def compile_lowered(lowered):
@@ -169,7 +121,8 @@ def analyse(config, topology: str) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
 
   devices = topology_devices(topology)
-  from attention_lab.train import checkpointing, trainer  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import parameters, state as state_lib  # pylint: disable=g-import-not-at-top
+  from attention_lab.train.validation import validate_config  # pylint: disable=g-import-not-at-top
   kind = devices[0].device_kind
   device = device_table.lookup(kind)
   if device is None:
@@ -180,8 +133,8 @@ def analyse(config, topology: str) -> dict:
   # A dtype without a fast path (bfloat16 on a V100 or a Pascal GPU) runs at the float32 rate.
   peak_dtype = dtype if device.peak(dtype) else "float32"
   peak, hbm, bandwidth = device.peak(peak_dtype), device.memory_bytes, device.memory_bandwidth
-  trainer.validate_config(config)
-  mesh, abstract, state, batch, lowered, missing = _lower(config, devices)
+  validate_config(config)
+  mesh, abstract, state, batch, lowered = _lower(config, devices)
   options = {}
   try:
     compiled, options = compile_lowered(lowered)
@@ -193,7 +146,7 @@ def analyse(config, topology: str) -> dict:
     # and batch, FLOPs of the unpartitioned program / devices.
     shard_bytes = lambda tree: sum(  # pylint: disable=unnecessary-lambda-assignment
         int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-        for x in jax.tree.leaves(tree) if not checkpointing.is_key(x))
+        for x in jax.tree.leaves(tree) if not state_lib.is_key(x))
     needed = re.search(r"HLO temporaries \(([\d.]+)([KMGT]?)\)", str(e))
     temp = float(needed.group(1)) * 1024 ** " KMGT".index(needed.group(2) or " ") if needed else 0
     memory = types.SimpleNamespace(
@@ -232,8 +185,7 @@ def analyse(config, topology: str) -> dict:
       "cost_source": ("unpartitioned program / devices" if gpu or not compiled_ok
                       else "compiled program"),
       "step_time_s": max(flops / peak, accessed / bandwidth),
-      "parameters": trainer.count_parameters(abstract),
-      "data_prepared": not missing,
+      "parameters": parameters.count_parameters(abstract),
   }
 
 
@@ -278,9 +230,9 @@ def main(argv):
     cli.fail(f"{cli.name_field(str(e), config)} (--debug shows the traceback)")
   print(report(result), flush=True)
   if _JSON.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_JSON.value)), exist_ok=True)
-    with open(_JSON.value, "w") as f:
-      json.dump(result, f, indent=1)
+    path = epath.Path(_JSON.value)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
   if not result["fits"]:
     refused = "" if result["compiled"] else " (XLA refused to compile it)"
     print(f"error: {result['total_bytes'] / GIB:.2f} GiB per device does not fit in "

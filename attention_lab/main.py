@@ -39,12 +39,13 @@ if __name__ == "__main__":
 import logging as std_logging
 
 import jax
-import numpy as np
 from absl import app, flags, logging
+from etils import epath
 from ml_collections import config_flags
 
 from attention_lab import cli
 from attention_lab.train import compilation_cache
+from attention_lab.train import workdir as workdir_lib
 
 # TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
 # a bad command line is reported in about a second.
@@ -64,29 +65,22 @@ _UNTIL_STEP = flags.DEFINE_integer(
     "0 evaluates the initial model only.", lower_bound=0)
 
 
-def _cluster_detected() -> bool:
-  """Whether JAX would find the process count and id by itself (TPU pod, SLURM, k8s)."""
-  try:
-    from jax._src import clusters  # pylint: disable=g-import-not-at-top
-    return any(env.is_env_present() for env in clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
-               if not env.opt_in_only_method)
-  except Exception:  # pylint: disable=broad-except
-    return False
-
-
 def initialize_distributed(config) -> None:
-  """jax.distributed.initialize from the flags, or auto-detected; nothing on one host."""
+  """jax.distributed.initialize from the flags, or with what JAX detects by itself (Cloud
+  TPU VMs, SLURM, Kubernetes JobSets: it raises ValueError where it finds no cluster);
+  `config.distributed` insists on a cluster."""
   given = {"coordinator_address": _COORDINATOR.value, "num_processes": _NUM_PROCESSES.value,
            "process_id": _PROCESS_ID.value}
   given = {k: v for k, v in given.items() if v is not None}
-  if given:
-    missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
-    if missing and not _cluster_detected():
-      raise cli.ConfigError(f"--{', --'.join(missing)} missing: multi-host needs "
-                        "--coordinator_address, --num_processes and --process_id together")
+  try:
     jax.distributed.initialize(**given)
-  elif config.get("distributed") or _cluster_detected():
-    jax.distributed.initialize()
+  except ValueError as e:
+    if given or config.get("distributed", False):
+      missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
+      raise cli.ConfigError(
+          f"--{', --'.join(missing)} missing: multi-host needs --coordinator_address, "
+          "--num_processes and --process_id together where JAX detects no cluster"
+          if missing else f"jax.distributed.initialize: {e}") from None
 
 
 def keep_freed_host_memory() -> bool:
@@ -149,15 +143,12 @@ def _quiet_closed_loop_callbacks() -> None:
   sys.unraisablehook = hook
 
 
-def write_final(path: str, summary: dict[str, float], workdir: str) -> None:
+def write_final(path: str, summary: dict[str, float], record) -> None:
   """The Final: line's metrics at full precision, with the median of each perf/ scalar over
-  the workdir's log steps (compilation excluded), as JSON at `path`."""
-  from attention_lab.train import metric_writing  # pylint: disable=g-import-not-at-top
-  perf = {tag: float(np.median(list(points.values())))
-          for tag, points in metric_writing.written_points(workdir).items()
-          if tag.startswith("perf/") and points}
-  with open(path, "w") as f:
-    json.dump({**{k: float(v) for k, v in summary.items()}, **perf}, f, indent=1, sort_keys=True)
+  the workdir's log steps (compilation excluded, `record`: the run summary), as JSON."""
+  epath.Path(path).write_text(json.dumps(
+      {**{k: float(v) for k, v in summary.items()}, **record.perf_medians()},
+      indent=1, sort_keys=True))
 
 
 def main(argv):
@@ -169,13 +160,10 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   global trainer_lib
   with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from attention_lab.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
-  trainer_lib.install_sigterm_handler()
+    from attention_lab.train import dependencies, errors, trainer as trainer_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  trainer_lib.PREEMPTION.install()
   if _EARLY_SIGTERM:
     trainer_lib.PREEMPTION.requested = True
-  if not flags.FLAGS["verbosity"].present:
-    tfds.disable_progress_bar()
   config = _CONFIG.value
   # Before the backend starts: CPU programs run on the calling thread (keep_freed_host_memory).
   jax.config.update("jax_cpu_enable_async_dispatch", False)
@@ -187,35 +175,24 @@ def main(argv):
     keep_freed_host_memory()
     if jax.process_index() > 0 and not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.ERROR)  # process 0 speaks for all
-    trainer = trainer_lib.Trainer(config, _WORKDIR.value)
+    resolved = dependencies.resolve(config, _WORKDIR.value)
+    trainer = trainer_lib.Trainer(config, _WORKDIR.value, resolved)
     trainer.say(f"{jax.process_count()} process(es), {jax.device_count()} "
                 f"{jax.devices()[0].platform} device(s); TensorBoard logs: tensorboard --logdir "
-                f"{os.path.abspath(_WORKDIR.value)}")
+                f"{workdir_lib.resolve(_WORKDIR.value)}")
     summary = trainer.run(until_step=_UNTIL_STEP.value)
-  except ValueError as e:
-    if _DEBUG.value:
+  except Exception as e:  # pylint: disable=broad-except
+    failure = errors.one_line(e, config)
+    if failure is None or _DEBUG.value:
       raise
-    cli.fail(f"{cli.name_field(str(e), config)} (--debug shows the traceback)")
-  except trainer_lib.NonFiniteError as e:
-    if _DEBUG.value:
-      raise
-    cli.fail(str(e), status=1)
-  except (trainer_lib.checkpointing.CheckpointError,
-          trainer_lib.data_faults.DataCorruptionError) as e:
-    if _DEBUG.value:
-      raise
-    cli.fail(str(e))
-  except trainer_lib.data_faults.DataLossError as e:  # met outside the loop's data feeding
-    if _DEBUG.value:
-      raise
-    cli.fail(str(trainer_lib.data_faults.corruption_error(config, e, "no new step was saved")))
+    cli.fail(*failure)
   if not trainer.preempted:
     speed = trainer.median_examples_per_second()
     if speed is not None:  # the median over the log intervals
       summary = {**summary, "examples_per_second": speed}
     trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
     if _JSON.value and jax.process_index() == 0:
-      write_final(_JSON.value, summary, _WORKDIR.value)
+      write_final(_JSON.value, summary, trainer.record)
   # All is saved. Python resets SIGTERM to its default action while it shuts down (a second
   # or so here), so a late signal would end a finished run with status -15: ignore it.
   signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -54,6 +54,7 @@ if __name__ == "__main__" and not any(a.startswith(("--verbosity", "-v")) for a 
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import io
 import json
 import math
 import re
@@ -61,6 +62,7 @@ import re
 import jax
 import numpy as np
 from absl import app, flags, logging
+from etils import epath
 from ml_collections import config_flags
 
 from attention_lab import cli
@@ -83,41 +85,36 @@ COCO_RESULT_SETS = {"test": "test-dev2017", "validation": "val2017"}
 
 
 # ------------------------------------------------------------------ the trained state
-def checkpoint_steps(workdir: str) -> list[int]:
-  folder = os.path.join(workdir, "checkpoints")
-  if not os.path.isdir(folder):
-    return []
-  return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
-
-
 def restore(config, workdir: str):
   """(task, state, step): the config's task (any task) and the newest checkpoint in
-  `workdir`, read only, in the loop's shardings. cli.ConfigError when the workdir holds no
-  checkpoint."""
-  from attention_lab.train import checkpointing, tasks, trainer
-  steps = checkpoint_steps(workdir)
-  if not steps:
-    raise cli.ConfigError(
-        f"--workdir = {workdir!r}: no checkpoint in {os.path.join(workdir, 'checkpoints')}; "
-        f"train first (python -m attention_lab.main --config=... --workdir={workdir})")
-  import orbax.checkpoint as ocp
-  mesh = trainer.make_mesh(config)
+  `workdir` (a path or URI), in the loop's shardings. cli.ConfigError when the workdir
+  holds no checkpoint or it does not restore into this config's state."""
+  from attention_lab.train import state as state_lib, tasks, workdir as workdir_lib
+  mesh = state_lib.make_mesh(config)
   env = tasks.Environment(mesh, workdir, config.batch_size // jax.process_count())
   task = tasks.create(config, env)
-  abstract = jax.eval_shape(task.init_state)
-  shardings = trainer.state_shardings(abstract, mesh, config.mesh.param_sharding)
+  checkpoints = workdir_lib.Checkpoints(workdir, read_only=True)
+  step = checkpoints.latest_step()
+  if step is None:
+    raise cli.ConfigError(
+        f"--workdir = {workdir!r}: no checkpoint in {checkpoints.directory}; train first "
+        f"(python -m attention_lab.main --config=... --workdir={workdir})")
+  try:
+    state, _ = state_lib.TrainState(task, mesh, config.mesh.param_sharding).restore(
+        checkpoints, step)
+  except Exception as e:  # pylint: disable=broad-except
+    raise cli.ConfigError(
+        f"checkpoint step {step} in {checkpoints.directory} does not restore into this "
+        f"config's state ({str(e).splitlines()[0][:200]}); give the --config the run was "
+        "trained with") from e
+  return task, state, step
 
-  folder = os.path.abspath(os.path.join(workdir, "checkpoints"))
-  with ocp.CheckpointManager(folder, options=ocp.CheckpointManagerOptions(read_only=True)) as m:
-    try:
-      restored = m.restore(steps[-1], args=ocp.args.StandardRestore(
-          checkpointing.restore_target(abstract, shardings)))
-    except Exception as e:  # pylint: disable=broad-except
-      raise cli.ConfigError(
-          f"checkpoint step {steps[-1]} in {folder} does not restore into this config's "
-          f"state ({str(e).splitlines()[0][:200]}); give the --config the run was trained "
-          "with") from e
-  return task, checkpointing.unstorable(restored, abstract), steps[-1]
+
+def _save_png(image, path: epath.Path) -> None:
+  buffer = io.BytesIO()
+  image.save(buffer, "PNG")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_bytes(buffer.getvalue())
 
 
 def _host(x) -> np.ndarray:
@@ -152,8 +149,7 @@ def palette_png(labels: np.ndarray, path: str, *, palette: bool = True) -> None:
   if palette:
     image = image.convert("P")
     image.putpalette(segmentation.palette(256).reshape(-1).tolist())
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  image.save(path)
+  _save_png(image, epath.Path(path))
 
 
 def segmentation_layout(dataset_name: str):
@@ -186,7 +182,7 @@ def predict_segmentation(task, state, split: str, out: str) -> str:
   availability.require_split(config.dataset, builder, split)
   subsplit, offset, largest = _process_slice(builder, split)
   folder, encode, palette = segmentation_layout(config.dataset.name)
-  folder = os.path.join(out, folder)
+  folder = epath.Path(out) / folder
   size, local = config.dataset.eval_size, task.env.local_batch_size
   predict = jax.jit(task.predict)
 
@@ -210,7 +206,7 @@ def predict_segmentation(task, state, split: str, out: str) -> str:
       p = p[:fitted[0], :fitted[1]]
       if tuple(fitted) != original:
         p = tf.image.resize(p, original, "bilinear").numpy()
-      palette_png(encode(np.argmax(p, -1)), os.path.join(folder, f"{image_id}.png"),
+      palette_png(encode(np.argmax(p, -1)), folder / f"{image_id}.png",
                   palette=palette)
 
   examples = tfds.as_numpy(builder.as_dataset(split=subsplit, shuffle_files=False))
@@ -283,11 +279,10 @@ def predict_detection(task, state, split: str, out: str, *, with_outputs: bool =
   category_ids = COCO_CATEGORY_IDS if config.dataset.name.startswith("coco") else None
   results = detection_results(gathered, gathered["image_id"], category_ids)
   name = f"detections_{result_set(split)}_attention_lab_results.json"
-  path = os.path.join(out, name)
+  path = epath.Path(out) / name
   if jax.process_index() == 0:
-    os.makedirs(out, exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(results, f)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results))
   line = f"wrote {len(results)} detections of {int(gathered['mask'].sum())} images to {path}"
   return (line, path, gathered) if with_outputs else line
 
@@ -310,10 +305,8 @@ def predict_gan(task, state, out: str, num_samples: int) -> str:
     images, labels = task.samples(state, min(chunk, n - written), seed_offset=index)
     if jax.process_index() == 0:
       for image, label in zip(images, labels):
-        folder = os.path.join(out, f"{int(label):04d}") if task.conditional else out
-        os.makedirs(folder, exist_ok=True)
-        Image.fromarray(np.asarray(image, np.uint8)).save(
-            os.path.join(folder, f"{written:06d}.png"))
+        folder = epath.Path(out) / f"{int(label):04d}" if task.conditional else epath.Path(out)
+        _save_png(Image.fromarray(np.asarray(image, np.uint8)), folder / f"{written:06d}.png")
         written += 1
     else:
       written += len(images)
@@ -333,8 +326,10 @@ def predict_restoration(task, state, split: str, out: str) -> str:
     if prediction.shape[-1] == 1:
       prediction = prediction[..., 0]
     if jax.process_index() == 0:
-      os.makedirs(out, exist_ok=True)
-      tifffile.imwrite(os.path.join(out, f"{name}.tif"), prediction)
+      buffer = io.BytesIO()
+      tifffile.imwrite(buffer, prediction)
+      epath.Path(out).mkdir(parents=True, exist_ok=True)
+      (epath.Path(out) / f"{name}.tif").write_bytes(buffer.getvalue())
     written += 1
   return f"wrote {written} restored TIFFs to {out}"
 

@@ -8,7 +8,7 @@ that are not on this machine (manual_dir, data_dir, init_from) are dropped.
 Each command's flags must be flags of its module and its overrides fields of
 its config, parsed by config_flags as the command line parses them. Then, for
 the first `attention_lab.main` / `attention_lab.aot` command of each config
-file, the config's task is built without data (aot's `_without_data`: split sizes faked, nothing downloaded)
+file, the config's task is built without data (from its DataInfo: nothing read or downloaded)
 and its train step traced abstractly (jax.eval_shape: shapes only, no
 compilation), at the documented size. Two run for real, one train step at
 `:tiny` size: the README's quick start and Ham Table 8's learned row.
@@ -163,11 +163,10 @@ def test_documented_command(module, argv, build):
   if not build:
     return
   from attention_lab import aot
-  from attention_lab.train import tasks, trainer
+  from attention_lab.train import state as state_lib, tasks
   config.mesh.num_devices = 1
-  mesh = trainer.make_mesh(config, jax.devices()[:1])
-  with aot._without_data():  # pylint: disable=protected-access
-    task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
+  mesh = state_lib.make_mesh(config, jax.devices()[:1])
+  task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
   state = jax.eval_shape(task.init_state)
   batch = task.batch_spec()
   new_state, _ = jax.eval_shape(task.train_step, state, batch)

@@ -18,11 +18,15 @@ S×S; `scale` = S / longer side maps detections back to the original pixels,
 where the ground truth (every box, crowd ones flagged) is kept.
 """
 
-import dataclasses
+from __future__ import annotations
+
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from etils import epy
+
+with epy.lazy_imports():  # TensorFlow only once a pipeline is built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
 
@@ -30,24 +34,8 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet, as the bac
 DATASETS = ("digit_scenes", "coco/2017")
 
 
-@dataclasses.dataclass(frozen=True)
-class DetectionInfo:
-  num_classes: int
-  num_train_examples: int
-  num_eval_examples: int
-
-
 def _builder(config) -> tfds.core.DatasetBuilder:
   return pipeline.get_builder(config.dataset.name, config.dataset.data_dir, supported=DATASETS)
-
-
-def dataset_info(config) -> DetectionInfo:
-  builder = _builder(config)
-  splits = builder.info.splits
-  return DetectionInfo(
-      num_classes=builder.info.features["objects"]["label"].num_classes,
-      num_train_examples=splits[config.dataset.train_split].num_examples,
-      num_eval_examples=splits[config.dataset.eval_split].num_examples)
 
 
 def normalize(image):

@@ -20,12 +20,15 @@ every D update. The stream is a pure function of (seed, step) and a resumed run
 skips the batches already consumed, as in data/pipeline.py.
 """
 
-import dataclasses
-import os
+from __future__ import annotations
+
 
 import jax
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from etils import epath, epy
+
+with epy.lazy_imports():  # TensorFlow only once a pipeline is built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
 
@@ -35,13 +38,7 @@ CELEBA_PARTITION = {"train": (0, 162_770), "validation": (162_770, 182_637),
                     "test": (182_637, None)}
 
 
-@dataclasses.dataclass(frozen=True)
-class GanDataInfo:
-  num_classes: int  # 0: no labels (CelebA)
-  num_train_examples: int
-
-
-def _check(config):
+def check(config):
   if config.dataset.name not in DATASETS:
     raise ValueError(f"dataset.name must be one of {DATASETS} for the GAN task, got "
                      f"{config.dataset.name!r}")
@@ -55,26 +52,16 @@ def _celeba_files(image_dir: str, split: str) -> list[str]:
   if split not in CELEBA_PARTITION:
     raise ValueError(f"split must be one of {sorted(CELEBA_PARTITION)} with dataset.image_dir, "
                      f"got {split!r}")
-  if not os.path.isdir(image_dir):
+  folder = epath.Path(image_dir)
+  if not folder.is_dir():
     raise ValueError(f"dataset.image_dir {image_dir!r} is not a directory")
-  files = sorted(f for f in os.listdir(image_dir) if f.lower().endswith((".jpg", ".png")))
+  files = sorted(f.name for f in folder.iterdir() if f.name.lower().endswith((".jpg", ".png")))
   start, stop = CELEBA_PARTITION[split]
-  return [os.path.join(image_dir, f) for f in files[start:stop]]
+  return [str(folder / f) for f in files[start:stop]]
 
 
 def _builder(config):
   return pipeline.get_builder(config.dataset.name, config.dataset.data_dir)
-
-
-def dataset_info(config) -> GanDataInfo:
-  _check(config)
-  if _image_dir(config):
-    return GanDataInfo(0, len(_celeba_files(_image_dir(config), config.dataset.train_split)))
-  builder = _builder(config)
-  features = builder.info.features
-  num_classes = features["label"].num_classes if "label" in features.keys() else 0
-  return GanDataInfo(num_classes,
-                     builder.info.splits[config.dataset.train_split].num_examples)
 
 
 def _dataset(config, split: str, *, per_process: bool, drop_remainder: bool = False):
@@ -116,7 +103,7 @@ def preprocess(config, example) -> dict[str, tf.Tensor]:
 def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: int = 0):
   """Endless numpy batches {"image": (B, d_steps, S, S, 3), "label": (B, d_steps)} for this
   process, positioned at `start_step`."""
-  _check(config)
+  check(config)
   examples = _dataset(config, config.dataset.train_split, per_process=True, drop_remainder=True)
   return pipeline.resumable_batches(
       examples, lambda example, _: preprocess(config, example), seed=config.seed,
@@ -127,7 +114,7 @@ def train_iterator(config, *, local_batch_size: int, d_steps: int, start_step: i
 def real_images(config, split: str, *, limit: int, batch_size: int = 256):
   """The first `limit` images of `split` (every process reads the same ones), as numpy
   batches {"image": float32 (b, S, S, 3) in [−1, 1], "label": (b,)}: the real side of FID."""
-  _check(config)
+  check(config)
   ds = _dataset(config, split, per_process=False)
   if limit:
     ds = ds.take(limit)

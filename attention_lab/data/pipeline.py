@@ -11,17 +11,21 @@ gan) builds its stream with `resumable_batches` and its evaluation batches with
 `padded_batches`, passing its own decode and augmentation functions.
 """
 
-import dataclasses
+from __future__ import annotations
+
 import math
 import os
 from collections.abc import Callable, Collection, Iterator, Mapping
 
 import jax
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from absl import logging
+from etils import epy
 
-from attention_lab.data.builders import BUILDERS
+with epy.lazy_imports():  # TensorFlow only once a pipeline is built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+
 
 # Per-channel mean and std of the pixel values in [0, 1].
 _STATS = {
@@ -51,6 +55,9 @@ def get_builder(name: str, data_dir: str | None = None, manual_dir: str | None =
   manual download (Cityscapes, ImageNet) are prepared from `manual_dir` too; the
   others are read as `tfds build` prepared them. "" means the TFDS default.
   """
+  from attention_lab.data.builders import BUILDERS  # pylint: disable=g-import-not-at-top
+  if logging.get_verbosity() < logging.INFO:
+    tfds.disable_progress_bar()
   if supported is not None and name not in supported:
     raise ValueError(f"dataset.name must be one of {sorted(supported)}, got {name!r}")
   data_dir, manual_dir = data_dir or None, manual_dir or None
@@ -125,28 +132,8 @@ def padded_batches(examples: tf.data.Dataset, preprocess: Callable, *, batch_siz
     yield out
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-  num_classes: int
-  image_shape: tuple[int, int, int]
-  num_train_examples: int
-  num_eval_examples: int
-
-
 def _builder(config) -> tfds.core.DatasetBuilder:
   return get_builder(config.dataset.name, config.dataset.data_dir, supported=_STATS)
-
-
-def dataset_info(config) -> DatasetInfo:
-  builder = _builder(config)
-  size = config.dataset.image_size
-  return DatasetInfo(
-      num_classes=builder.info.features["label"].num_classes,
-      image_shape=(size, size, config.dataset.get("channels", 0)
-                   or builder.info.features["image"].shape[-1]),
-      num_train_examples=builder.info.splits[config.dataset.train_split].num_examples,
-      num_eval_examples=builder.info.splits[config.dataset.eval_split].num_examples,
-  )
 
 
 def _normalize(name, image):

@@ -25,9 +25,12 @@ if __name__ == "__main__" and not any(a.startswith(("--verbosity", "-v")) for a 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import ml_collections
 from absl import app, flags, logging
+from etils import epath
 from ml_collections import config_flags
 
 from attention_lab import cli
+
+REPO = epath.Path(__file__).parents[2]  # relative config files are looked up here too
 
 _CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
 _DATASET = flags.DEFINE_string("dataset", None, "A dataset name, instead of --config.")
@@ -46,12 +49,11 @@ class DownloadFailed(Exception):
 
 def dataset_configs(config) -> list[ml_collections.ConfigDict]:
   """config.dataset, then the datasets of the config files it starts from (depth first)."""
-  from attention_lab.train import upstream
   found = [config.dataset] if config.get("dataset") else []
   specs = [config.get("init_from") or "", (config.get("eval") or {}).get("classifier_config")]
   for spec in specs:
-    if spec and upstream.is_config_file(spec):
-      found += dataset_configs(upstream.load_config_file(spec, "init_from"))
+    if spec and spec.partition(":")[0].endswith(".py"):
+      found += dataset_configs(cli.load_config(spec, "init_from", root=str(REPO)))
   unique = {}
   for dataset in found:
     key = (dataset.name, dataset.get("data_dir") or "", dataset.get("manual_dir") or "",

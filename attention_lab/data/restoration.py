@@ -23,11 +23,15 @@ examples before `start_step` are skipped before any cropping), and each process
 reads its own slice of the split.
 """
 
-import dataclasses
+from __future__ import annotations
+
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from etils import epy
+
+with epy.lazy_imports():  # TensorFlow only once a pipeline is built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
 
@@ -35,37 +39,9 @@ NAMES = ("restoration_photos", "synthetic_volumes/denoising", "synthetic_volumes
          "care/planaria", "care/tribolium", "care/flywing")
 
 
-@dataclasses.dataclass(frozen=True)
-class RestorationInfo:
-  input_rank: int  # spatial rank of the input (2 or 3)
-  target_rank: int  # spatial rank of the target (input_rank, or input_rank − 1: projection)
-  channels: int
-  num_train_examples: int
-  num_eval_examples: int
-
-
 def _builder(config) -> tfds.core.DatasetBuilder:
   return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
                               config.dataset.get("manual_dir"), supported=NAMES)
-
-
-def dataset_info(config) -> RestorationInfo:
-  builder = _builder(config)
-  features = builder.info.features
-  splits = builder.info.splits
-  for field in ("train_split", "eval_split"):
-    if config.dataset[field] not in splits:
-      raise ValueError(f"dataset.{field} must be one of {sorted(splits)}, got "
-                       f"{config.dataset[field]!r}")
-  rank_in = len(features["input"].shape) - 1
-  rank_out = len(features["target"].shape) - 1
-  channels = features["input"].shape[-1] or config.dataset.get("channels") or None
-  if channels is None:  # CARE: read one example
-    example = next(iter(builder.as_dataset(split=config.dataset.train_split).take(1)))
-    channels = int(example["input"].shape[-1])
-  return RestorationInfo(rank_in, rank_out, channels,
-                         splits[config.dataset.train_split].num_examples,
-                         splits[config.dataset.eval_split].num_examples)
 
 
 def _crop_pair(example, patch, seed):

@@ -29,15 +29,20 @@ canvas or in sliding windows (config.eval.window), optionally at several
 scales and flipped.
 """
 
+from __future__ import annotations
+
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from etils import epy
+
+with epy.lazy_imports():  # TensorFlow only once a pipeline is built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
 
 from attention_lab.data import pipeline
-from attention_lab.data.builders.pascal_context import CLASSES as PASCAL_CONTEXT_CLASSES
-from attention_lab.data.builders.voc_segmentation import CLASSES as VOC_CLASSES
+from attention_lab.data.info import PASCAL_CONTEXT_CLASSES
+from attention_lab.data.info import VOC_CLASSES
 
 IGNORE = 255
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

@@ -7,30 +7,34 @@ random read per file): the file whose record there fails is the damaged one. Whe
 does not single out one file, the line names the dataset's directory and the offset.
 """
 
-import glob
-import os
 import re
+import sys
 
-import tensorflow as tf
-import tensorflow_datasets as tfds
+from etils import epath, epy
 
-DataLossError = tf.errors.DataLossError
+from attention_lab.train.errors import DataCorruptionError
+
+with epy.lazy_imports():  # TensorFlow is only here when a pipeline was built
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
 
 
-class DataCorruptionError(RuntimeError):
-  """A dataset file is damaged; the message is one line."""
+def is_data_loss(error: BaseException) -> bool:
+  """Whether `error` is tf.data's DataLossError (never, when TensorFlow was not imported)."""
+  tf_module = sys.modules.get("tensorflow")
+  return tf_module is not None and isinstance(error, tf_module.errors.DataLossError)
 
 
 def _dataset_dir(name: str, data_dir: str) -> str:
   """`data_dir/<name>` ('name:1.0.0' → name/1.0.0; '' data_dir → the TFDS default)."""
   base, _, version = name.partition(":")
-  return os.path.join(data_dir or tfds.core.constants.DATA_DIR, base, version)
+  return str(epath.Path(data_dir or tfds.core.constants.DATA_DIR) / base / version)
 
 
 def _fails_at(path: str, offset: int) -> bool:
   """Whether the record at byte `offset` of TFRecord file `path` is corrupted."""
   from tensorflow.python.lib.io import tf_record  # pylint: disable=g-import-not-at-top
-  if os.path.getsize(path) <= offset:
+  if epath.Path(path).stat().length <= offset:
     return False
   try:
     tf_record.tf_record_random_reader(path).read(offset)
@@ -45,8 +49,7 @@ def damaged_file(name: str, data_dir: str, offset: int | None) -> str | None:
   """The one TFRecord file of dataset `name` whose record at `offset` is corrupted."""
   if offset is None:
     return None
-  files = sorted(glob.glob(os.path.join(_dataset_dir(name, data_dir), "**", "*.tfrecord*"),
-                           recursive=True))
+  files = sorted(str(f) for f in epath.Path(_dataset_dir(name, data_dir)).glob("**/*.tfrecord*"))
   found = [f for f in files if _fails_at(f, offset)]
   return found[0] if len(found) == 1 else None
 
@@ -73,7 +76,7 @@ def corruption_error(config, error: Exception, saved: str) -> DataCorruptionErro
   offset = int(match.group(1)) if match else None
   path = damaged_file(name, data_dir, offset)
   where = path or _dataset_dir(name, data_dir)
-  version_dir = os.path.dirname(path) if path else where
+  version_dir = str(epath.Path(path).parent) if path else where
   at = f"corrupted record at offset {offset}" if offset is not None else (
       str(error).strip().splitlines()[0] if str(error).strip() else "corrupted data")
   return DataCorruptionError(

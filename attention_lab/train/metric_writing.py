@@ -1,62 +1,62 @@
-"""TensorBoard writing for the loop (process 0 only), once per (tag, step) across
-resumes: a killed run may have written points after its last checkpoint, and the resumed
-run, which repeats those steps with the same values, skips them."""
+"""TensorBoard writing for the loop (process 0 only), without TensorFlow: tensorboard's own
+event-file writer and summary protos, PNG pictures encoded by Pillow. Each (tag, step) is
+written once across resumes: a killed run may have written points after its last
+checkpoint, and the resumed run, which repeats those steps with the same values, skips
+them (the run summary, workdir.RunSummary, remembers what was written)."""
 
-import glob
-import os
+import io
 
 import jax
-from clu import metric_writers
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from attention_lab.train import workdir as workdir_lib
 
 
-def written_points(workdir: str) -> dict[str, dict[int, float | None]]:
-  """Every TensorBoard point already in `workdir` (from an earlier or a killed run): tag ->
-  step -> value (None for an image)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  points = {}
-  for path in glob.glob(os.path.join(workdir, "events.out.tfevents.*")):
-    try:
-      for record in tf.data.TFRecordDataset(path):
-        event = tf.compat.v1.Event.FromString(record.numpy())
-        for value in event.summary.value:
-          scalar = value.HasField("tensor") and not value.tensor.string_val
-          points.setdefault(value.tag, {})[event.step] = (
-              float(tf.make_ndarray(value.tensor)) if scalar else None)
-    except tf.errors.DataLossError:  # the killed run's last record was cut short
-      pass
-  return points
+def _png(image: np.ndarray) -> summary_pb2.Summary.Image:
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  image = np.asarray(image)
+  buffer = io.BytesIO()
+  Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(buffer, "PNG")
+  return summary_pb2.Summary.Image(height=image.shape[0], width=image.shape[1],
+                                   colorspace=image.shape[-1],
+                                   encoded_image_string=buffer.getvalue())
 
 
-class OncePerStep:
-  """A clu writer that skips the (tag, step) points at or before `written[tag]` (the last
-  step of each tag that the workdir's event files hold)."""
+class Writer:
+  """Scalars and images to `<workdir>/events.out.tfevents.*` (process 0; the others write
+  nothing), each point at most once per step across resumes (`summary.written`)."""
 
-  def __init__(self, writer, written: dict[str, int]):
-    self.writer, self.written = writer, written
+  def __init__(self, workdir: str, summary: workdir_lib.RunSummary):
+    self.summary = summary
+    self.events = (EventFileWriter(str(workdir_lib.resolve(workdir)))
+                   if jax.process_index() == 0 else None)
 
-  def _new(self, step, values):
-    return {k: v for k, v in values.items() if step > self.written.get(k, -1)}
+  def _write(self, step: int, points: dict, values) -> None:
+    """`values(tag, point)` -> Summary.Values of each of `points` not written yet."""
+    new = {tag: x for tag, x in points.items() if self.summary.is_new(tag, step)}
+    if self.events is not None and new:
+      protos = [v for tag, x in new.items() for v in values(tag, x)]
+      self.events.add_event(event_pb2.Event(step=step, summary=summary_pb2.Summary(value=protos)))
+      self.summary.wrote(step, new)
 
-  def write_scalars(self, step, scalars):
-    if scalars := self._new(step, scalars):
-      self.writer.write_scalars(step, scalars)
+  def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
+    self._write(step, scalars, lambda tag, x: scalar_summary.scalar_pb(tag, float(x)).value)
 
-  def write_images(self, step, images):
-    if images := self._new(step, images):
-      self.writer.write_images(step, images)
+  def write_images(self, step: int, images: dict[str, np.ndarray]) -> None:
+    """Each (N, H, W, C) uint8 batch as N images `tag/0`, `tag/1`, ... of one step."""
+    self._write(step, images, lambda tag, batch: [
+        summary_pb2.Summary.Value(tag=f"{tag}/{i}" if len(batch) > 1 else tag, image=_png(x))
+        for i, x in enumerate(np.asarray(batch))])
 
-  def flush(self):
-    self.writer.flush()
+  def flush(self) -> None:
+    if self.events is not None:
+      self.events.flush()
+      self.summary.save()
 
-  def close(self):
-    self.writer.close()
-
-
-def create(workdir: str, points: dict[str, dict[int, float | None]]):
-  """Process 0's writer to `workdir`, skipping every tag's steps up to the last one in
-  `points` (`written_points`); a writer that writes nothing on the other processes."""
-  if jax.process_index() > 0:
-    return metric_writers.MultiWriter([])
-  writer = metric_writers.create_default_writer(workdir, just_logging=False,
-                                                asynchronous=False)
-  return OncePerStep(writer, {tag: max(steps) for tag, steps in points.items()})
+  def close(self) -> None:
+    if self.events is not None:
+      self.events.close()
+      self.summary.save()

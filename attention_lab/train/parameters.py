@@ -7,10 +7,9 @@ dict of arrays and not an `nnx.State`, so they are handed over as one flat dict 
 path ("params/block/key/kernel"; the `nnx.Variable`'s own "value" attribute left out).
 """
 
-import os
-
 import jax
 from clu import parameter_overview
+from etils import epath
 
 
 def parameters(state) -> dict[str, object]:
@@ -32,8 +31,7 @@ def count_parameters(state) -> int:
 def write_table(state, workdir: str) -> str:
   """Writes clu's table of `state`'s parameters (name, shape, dtype, size; the total on the
   last line) to <workdir>/parameters.txt and returns its path."""
-  path = os.path.join(workdir, "parameters.txt")
-  with open(path, "w") as f:
-    f.write(parameter_overview.get_parameter_overview(parameters(state),
-                                                      include_stats=False) + "\n")
-  return path
+  path = epath.Path(workdir) / "parameters.txt"
+  path.write_text(parameter_overview.get_parameter_overview(parameters(state),
+                                                            include_stats=False) + "\n")
+  return str(path)

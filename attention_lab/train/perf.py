@@ -16,11 +16,11 @@ table in attention_lab.devices; none on a CPU or an unknown device.
 import dataclasses
 
 import jax
-import numpy as np
 from absl import logging
 from jax.sharding import NamedSharding
 
 from attention_lab import devices
+from attention_lab.train import state as state_lib
 
 
 def compiled_flops(compiled) -> float | None:
@@ -35,27 +35,22 @@ def compiled_flops(compiled) -> float | None:
   return float(flops) if flops and flops > 0 else None
 
 
-def _cpu_flops(trainer, batch) -> float | None:
+def _cpu_flops(task, state, batch, num_devices: int) -> float | None:
   """The train step's FLOPs per device, from a compile of the same step for one CPU
-  device (the whole global batch), divided by the mesh size."""
-  from attention_lab.train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  device (the whole global batch), divided by `num_devices`."""
   try:
     cpu_mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
                              devices=jax.devices("cpu")[:1])
-    shardings = trainer_lib.state_shardings(trainer.state, cpu_mesh, "replicated")
-    step = trainer_lib.jit_train_step(trainer.task, shardings)
-
-    def abstract(x, sharding):
-      return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-    state = jax.tree.map(abstract, trainer.state, shardings)
+    shardings = state_lib.state_shardings(state, cpu_mesh, "replicated")
     one = NamedSharding(cpu_mesh, jax.sharding.PartitionSpec())
-    batch = jax.tree.map(lambda x: abstract(x, one), batch)
-    flops = compiled_flops(step.lower(state, batch).compile())
+    flops = compiled_flops(state_lib.jit_train_step(task, shardings).lower(
+        state_lib.abstract_arrays(state, shardings),
+        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), batch),
+    ).compile())
   except Exception as e:  # pylint: disable=broad-except
     logging.warning("no FLOP count for the train step: the CPU compile failed: %s", e)
     return None
-  return flops / trainer.mesh.size if flops else None
+  return flops / num_devices if flops else None
 
 
 @dataclasses.dataclass
@@ -67,19 +62,17 @@ class Speed:
   peak_flops: float | None  # one device's peak FLOP/s at the step's dtype
 
   @classmethod
-  def for_first_step(cls, trainer, batch) -> "Speed":
-    """Compiles `trainer.train_step` for (state, batch) once, for its FLOP count; the loop's
-    first call then finds the compiled program in JAX's cache (no second compile)."""
-    step = trainer.train_step
+  def of_step(cls, task, train_step, state, batch, mesh, config) -> "Speed":
+    """Compiles `train_step` for (state, batch) once, for its FLOP count; the loop's first
+    call then finds the compiled program in JAX's cache (no second compile)."""
     # A train step that is not a jitted function (e.g. wrapped by a caller) has no count.
-    flops = (compiled_flops(step.lower(trainer.state, batch).compile())
-             if hasattr(step, "lower") else None)
-    if flops is None and hasattr(step, "lower"):
-      flops = _cpu_flops(trainer, batch)
-    kind = trainer.mesh.devices.flat[0].device_kind
-    model = trainer.config.get("model") or {}
-    peak = devices.peak_flops(kind, model.get("dtype", "float32"))
-    return cls(trainer.config.batch_size, trainer.mesh.size, flops, peak)
+    flops = None
+    if hasattr(train_step, "lower"):
+      flops = (compiled_flops(train_step.lower(state, batch).compile())
+               or _cpu_flops(task, state, batch, mesh.size))
+    peak = devices.peak_flops(mesh.devices.flat[0].device_kind,
+                              (config.get("model") or {}).get("dtype", "float32"))
+    return cls(config.batch_size, mesh.size, flops, peak)
 
   def scalars(self, steps: int, seconds: float) -> dict[str, float]:
     """The perf/ scalars of `steps` train steps that took `seconds` (no compilation)."""
@@ -102,7 +95,3 @@ def console(global_batch: int, steps_per_second: float, scalars: dict[str, float
   if "perf/mfu" in scalars:
     text += f"  MFU {100 * scalars['perf/mfu']:.1f}%"
   return text
-
-
-def median(values) -> float | None:
-  return float(np.median(values)) if len(values) else None

@@ -8,9 +8,8 @@ first step) and is written to <workdir>/profile/ by process 0, or by every proce
 Perfetto (ui.perfetto.dev).
 """
 
-import os
-
 import jax
+from etils import epath
 
 
 def steps(config) -> tuple[int, int] | None:
@@ -37,7 +36,7 @@ class StepProfiler:
     self.start, self.end = window if window and writes else (None, None)
     if self.start is not None:
       self.start = max(self.start, first_step + 1)  # never the run's compiling step
-    self.directory = os.path.join(workdir, "profile")
+    self.directory = str(epath.Path(workdir) / "profile")
     self.tracing = False
 
   def before_step(self, step: int) -> None:

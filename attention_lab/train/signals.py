@@ -58,6 +58,3 @@ class Preemption:
 PREEMPTION = Preemption()
 
 
-def install_sigterm_handler() -> None:
-  """Catches SIGTERM from now on; `main` calls it first, so a signal during start-up counts."""
-  PREEMPTION.install()

@@ -1,7 +1,4 @@
-"""Task-neutral checks of a run's config and workdir, before anything is built."""
-
-import os
-import tempfile
+"""Task-neutral checks of a run's config, before anything is built."""
 
 from attention_lab import cli
 from attention_lab.train import profiling
@@ -22,13 +19,3 @@ def validate_config(config) -> None:
     elif name in ("num_epochs", "num_train_steps") and not value >= 0:
       raise ValueError(f"{path} = {value!r}: must be >= 0")
   profiling.steps(config)
-
-
-def check_workdir(workdir: str) -> None:
-  """Creates `workdir`; ValueError when it cannot be written."""
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    raise ValueError(f"workdir {workdir!r} cannot be written: {e}") from None

@@ -141,7 +141,7 @@ def test_the_segmentation_task_builds_torch_padding_for_a_torch_checkpoint(check
   """voc_hamnet:cpu (depth 14, width 1/8, the 7×7 stem) with init_from = a torchvision .pth:
   the task builds its backbone with torch padding and fills it from the file; without
   init_from the same config builds 'SAME'."""
-  from attention_lab.train import tasks, trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import state as state_lib, tasks  # pylint: disable=g-import-not-at-top
   from attention_lab.train.tasks import base  # pylint: disable=g-import-not-at-top
   from configs.hamburger import voc_hamnet  # pylint: disable=g-import-not-at-top
   state_dict, path = checkpoint
@@ -150,7 +150,7 @@ def test_the_segmentation_task_builds_torch_padding_for_a_torch_checkpoint(check
 
   def task_for(init_from):
     config.init_from = init_from
-    env = base.Environment(trainer_lib.make_mesh(config), str(tmp_path), config.batch_size)
+    env = base.Environment(state_lib.make_mesh(config), str(tmp_path), config.batch_size)
     return tasks.create(config, env)
 
   assert nnx.eval_shape(lambda: task_for("").net.build(nnx.Rngs(0))).backbone.pool_padding == (

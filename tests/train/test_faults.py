@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from attention_lab.data import pipeline
-from attention_lab.train import checkpointing
+from attention_lab.train import errors, workdir as checkpointing
 from configs import default
 from tests.train.test_system import _env
 
@@ -142,7 +142,7 @@ def _full_disk_stubbed(tmp_path, data_dir, monkeypatch):
 
   monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk_save)
   workdir = tmp_path / "w"
-  with pytest.raises(checkpointing.SaveError, match=r"step 4 .* No space left on device "
+  with pytest.raises(errors.SaveError, match=r"step 4 .* No space left on device "
                      r"\(ENOSPC\); the latest checkpoint is still step 2\."):
     Trainer(config, str(workdir)).run()
   assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
@@ -161,7 +161,7 @@ def test_full_disk_writing_the_workdir_files(tmp_path, data_dir, monkeypatch):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
   monkeypatch.setattr(trainer_lib, "write_table", full_disk_table)
-  with pytest.raises(checkpointing.WriteError) as raised:
+  with pytest.raises(errors.WriteError) as raised:
     trainer_lib.Trainer(config, str(workdir))
   assert str(raised.value) == (
       f"writing a file in {workdir} failed: No space left on device (ENOSPC); no checkpoint "
@@ -173,12 +173,12 @@ def test_full_disk_writing_the_workdir_files(tmp_path, data_dir, monkeypatch):
   error = tf.errors.ResourceExhaustedError(
       None, None, f"{{{{function_node __wrapped__CreateSummaryFileWriter_device_/job:localhost}}}}"
       f" {events}; No space left on device\n\tCould not initialize events writer.")
-  assert str(checkpointing.write_fault(error, str(workdir), 2)) == (
+  assert str(errors.write_fault(error, str(workdir), 2)) == (
       f"writing {events} failed: No space left on device (ENOSPC); the latest checkpoint is "
       "still step 2. Free space (or raise the quota) and run the same command again to "
       "resume from step 2")
-  assert checkpointing.write_fault(OSError(errno.ENOENT, "No such file"), str(workdir), 2) is None
-  assert checkpointing.write_fault(ValueError("bad"), str(workdir), 2) is None
+  assert errors.write_fault(OSError(errno.ENOENT, "No such file"), str(workdir), 2) is None
+  assert errors.write_fault(ValueError("bad"), str(workdir), 2) is None
 
 
 def test_damaged_latest_checkpoint_falls_back(tmp_path, data_dir, reference):
@@ -214,7 +214,7 @@ def test_no_checkpoint_restores(tmp_path):
       if path.is_file() and path.parent.name == "d":
         path.write_bytes(b"\0" * path.stat().st_size)
   fresh = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
-  with pytest.raises(checkpointing.RestoreError,
+  with pytest.raises(errors.RestoreError,
                      match=r"^no checkpoint in .* restores \(step 2: .*; step 1: .*\); "
                      r"nothing was moved\.") as raised:
     fresh.restore({"w": np.zeros(6, np.float32)}, warn=pytest.fail)

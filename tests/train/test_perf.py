@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from attention_lab import devices
-from attention_lab.train import compilation_cache, metric_writing, perf, profiling
+from attention_lab.train import compilation_cache, perf, profiling
+from attention_lab.train.validation import validate_config
+from tests.events import written_points
 from attention_lab.train import trainer as trainer_lib
 from configs import default
 from tests.train.test_system import _env
@@ -66,7 +68,7 @@ def test_no_mfu_without_a_peak_or_a_flop_count():
 
 def test_a_short_default_run_writes_every_perf_tag(finished_run):
   trainer, workdir = finished_run
-  points = metric_writing.written_points(workdir)
+  points = written_points(workdir)
   for tag in PERF_TAGS:
     assert sorted(points.get(tag, {})) == [2, 4], tag  # every log step (tiny: 2 and 4)
   assert "perf/mfu" not in points  # no peak for a CPU
@@ -92,7 +94,8 @@ def test_flops_are_per_device_and_the_cpu_count_stands_in(data_dir, tmp_path, mo
     trainer = trainer_lib.Trainer(tiny_config(data_dir, mesh={"num_devices": num_devices}),
                                   str(workdir))
     batch = trainer.global_batch(next(trainer.task.train_batches(0)))
-    return trainer, perf.Speed.for_first_step(trainer, batch)
+    return trainer, perf.Speed.of_step(trainer.task, trainer.train_step, trainer.state, batch,
+                                     trainer.mesh, trainer.config)
 
   _, one = speed(1, tmp_path / "one")
   eight_trainer, eight = speed(8, tmp_path / "eight")
@@ -105,7 +108,9 @@ def test_flops_are_per_device_and_the_cpu_count_stands_in(data_dir, tmp_path, mo
     return None if len(calls) == 1 else counted(compiled)
 
   monkeypatch.setattr(perf, "compiled_flops", no_count_on_the_device)
-  stand_in = perf.Speed.for_first_step(eight_trainer, batch)
+  stand_in = perf.Speed.of_step(eight_trainer.task, eight_trainer.train_step,
+                                eight_trainer.state, batch, eight_trainer.mesh,
+                                eight_trainer.config)
   assert stand_in.flops_per_device == pytest.approx(one.flops_per_device / 8, rel=1e-6)
 
 
@@ -121,7 +126,7 @@ def test_profile_steps_rejects(value):
   config.profile_steps = value
   with pytest.raises(ValueError, match=r"^profile_steps = .*: must be two ints \(start, end\) "
                      r"with 0 < start < end"):
-    trainer_lib.validate_config(config)
+    validate_config(config)
 
 
 @pytest.mark.parametrize("value", [(), ("",), None, (2, 5)])

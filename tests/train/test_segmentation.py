@@ -17,7 +17,7 @@ import pytest
 from attention_lab import models
 from attention_lab.train import tasks
 from attention_lab.train import trainer as trainer_lib
-from attention_lab.train import upstream as upstream_lib
+from attention_lab.train import dependencies, state as state_lib
 from attention_lab.train.tasks import base
 from attention_lab.train.tasks import segmentation as seg_task
 from configs.segmentation import default
@@ -46,7 +46,7 @@ def _task(tmp_path, **overrides):
   config = default.get_config("tiny")
   for key, value in overrides.items():
     config[key] = value
-  mesh = trainer_lib.make_mesh(config)
+  mesh = state_lib.make_mesh(config)
   return tasks.create(config, base.Environment(mesh, str(tmp_path), config.batch_size))
 
 
@@ -62,7 +62,7 @@ def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative
   # Non-default batch statistics, so copying them is visible.
   source["rest"] = jax.tree.map(lambda x: x + 0.5, source["rest"])
   with ocp.CheckpointManager(str(tmp_path / "cls" / "checkpoints")) as manager:
-    manager.save(7, args=ocp.args.StandardSave(trainer_lib.checkpointing.storable(source)))
+    manager.save(7, args=ocp.args.StandardSave(state_lib.storable(source)))
   task.config.init_from = str(tmp_path / "cls")
   if relative:
     monkeypatch.chdir(tmp_path)
@@ -84,10 +84,15 @@ def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative
 def test_init_from_a_classification_config_trains_it_first(tmp_path):
   """init_from = a config file: that run is trained into <workdir>/pretrained (once; a second
   start restores it), and its backbone initialises the segmenter's."""
-  task = _task(tmp_path, init_from="configs/segmentation/digits_backbone.py:tiny")
+  config = default.get_config("tiny")
+  config.init_from = "configs/segmentation/digits_backbone.py:tiny"
+  resolved = dependencies.resolve(config, str(tmp_path))
+  assert resolved == {"init_from": str(tmp_path / "pretrained")}
+  task = tasks.create(config, base.Environment(state_lib.make_mesh(config), str(tmp_path),
+                                               config.batch_size, resolved))
   loaded = task.from_pretrained(task.init_state())
   upstream = trainer_lib.Trainer(
-      upstream_lib.load_config_file("configs/segmentation/digits_backbone.py:tiny"),
+      dependencies.load_config_file("configs/segmentation/digits_backbone.py:tiny"),
       str(tmp_path / "pretrained"))
   assert int(upstream.state["step"]) == upstream.total_steps == 2
   from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top

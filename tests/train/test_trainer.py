@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_lab.data import pipeline
-from attention_lab.train import metric_writing
+from tests.events import written_points
 from attention_lab.train.trainer import NonFiniteError, Trainer
 from configs import default
 
@@ -185,11 +185,11 @@ def test_sigterm_in_the_last_evaluation_then_a_rerun_ends_as_an_uninterrupted_ru
   trainer.task.evaluate = preempted_evaluate
   trainer.run()
   assert trainer.preempted and trainer.checkpoints.latest_step() == 4
-  assert "eval_loss" not in metric_writing.written_points(str(tmp_path / "cut"))
+  assert "eval_loss" not in written_points(str(tmp_path / "cut"))
   for _ in range(2):  # the owed evaluation, then a plain re-run
     rerun = Trainer(config, str(tmp_path / "cut"))
     assert rerun.run() == expected and not rerun.preempted
-    points = metric_writing.written_points(str(tmp_path / "cut"))
+    points = written_points(str(tmp_path / "cut"))
     assert list(points["eval_loss"]) == [4]
     assert points["eval_loss"][4] == pytest.approx(expected["eval_loss"], abs=1e-6)
 
@@ -207,7 +207,7 @@ def test_non_finite_loss_stops_at_its_step_and_keeps_the_last_finite_checkpoint(
     return step_fn(state, batch)
 
   trainer.train_step = poisoned_step
-  with pytest.raises(NonFiniteError, match=r"at step 3 \(loss=nan.*latest checkpoint \(step 2\)"):
+  with pytest.raises(NonFiniteError, match=r"in steps 3-4 \(loss=nan.*latest checkpoint \(step 2\)"):
     trainer.run()
   assert trainer.checkpoints.latest_step() == 2
   restored = Trainer(config, str(tmp_path)).state

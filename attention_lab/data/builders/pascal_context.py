@@ -20,15 +20,10 @@ import os
 
 import tensorflow_datasets as tfds
 
+from attention_lab.data import info
 from attention_lab.data.builders import segmentation_files as files
 
-CLASSES = ("aeroplane", "bag", "bed", "bedclothes", "bench", "bicycle", "bird", "boat", "book",
-           "bottle", "building", "bus", "cabinet", "car", "cat", "ceiling", "chair", "cloth",
-           "computer", "cow", "cup", "curtain", "dog", "door", "fence", "floor", "flower",
-           "food", "grass", "ground", "horse", "keyboard", "light", "motorbike", "mountain",
-           "mouse", "person", "plate", "platform", "pottedplant", "road", "rock", "sheep",
-           "shelves", "sidewalk", "sign", "sky", "snow", "sofa", "table", "track", "train",
-           "tree", "truck", "tvmonitor", "wall", "water", "window", "wood")
+CLASSES = info.PASCAL_CONTEXT_CLASSES
 LAYOUT = files.VocLayout(os.path.join("VOCdevkit", "VOC2010"), "SegmentationClassContext",
                          os.path.join("ImageSets", "SegmentationContext"))
 SPLITS = ("train", "val")

@@ -25,11 +25,10 @@ import os
 
 import tensorflow_datasets as tfds
 
+from attention_lab.data import info
 from attention_lab.data.builders import segmentation_files as files
 
-CLASSES = ("background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat",
-           "chair", "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant",
-           "sheep", "sofa", "train", "tvmonitor")
+CLASSES = info.VOC_CLASSES
 LAYOUT = files.VocLayout(os.path.join("VOCdevkit", "VOC2012"), "SegmentationClass",
                          os.path.join("ImageSets", "Segmentation"))
 SBD_LABELS = "SegmentationClassAug"

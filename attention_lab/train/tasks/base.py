@@ -2,17 +2,24 @@
 
 The loop (train/trainer.py) owns the mesh, state placement, data feeding, jit,
 checkpoints, signals, progress and metric writing; it knows no model and no
-loss. A task owns everything else. The loop calls, in order:
+loss. A task owns everything else. A task is built from the config and the dataset's
+facts (data/info.py), without reading data, so `aot` and synthetic speed runs need
+neither TensorFlow nor a prepared dataset. The loop calls, in order:
 
-  task = TaskClass(config, env)               # build models, optimizers, data
+  task = TaskClass(config, env)               # models, optimizers, schedule: no data read
   state = task.from_pretrained(jit(task.init_state, out_shardings)())
                                             # or an orbax restore into
                                             # jax.eval_shape(task.init_state)
-  for batch in task.train_batches(start_step):   # this process's numpy batches
+  task.batch_spec() -> {name: ShapeDtypeStruct}  # global batch shapes (aot, synthetic)
+  for batch in task.train_batches(start_step):   # this process's numpy batches (TFDS)
     state, metrics = jit(task.train_step)(state, env.global_batch(batch))
   task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
   task.image_summaries(state) -> {name: images}  # pictures, at every evaluation
-  task.batch_spec() -> {name: ShapeDtypeStruct}  # optional: global batch shapes (aot)
+  task.export(state, split, out) -> path         # optional: benchmark files (predict)
+
+The runs a task depends on (the GAN's digits classifier, a pretrained backbone) are
+resolved by the entry point before the task exists (train/dependencies.py) and reach it
+through `env.dependencies`; no task trains another run.
 
 `state` is any pytree of arrays (dicts of params / BatchNorm statistics /
 optimizer states / PRNG keys) with a scalar int32 "step"; `metrics` is a clu
@@ -26,7 +33,7 @@ whose `TASK` attribute is the class.
 
 import abc
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -39,8 +46,7 @@ from jax.sharding import PartitionSpec as P
 
 from attention_lab import models
 from attention_lab.checkpoints import backbone_weights
-from attention_lab.data import availability
-from attention_lab.train import optim, upstream
+from attention_lab.train import optim
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 Batch = dict[str, np.ndarray]
@@ -48,11 +54,14 @@ Batch = dict[str, np.ndarray]
 
 @dataclasses.dataclass(frozen=True)
 class Environment:
-  """What the loop tells a task: the mesh, the workdir and this process's batch size."""
+  """What the loop tells a task: the mesh, the workdir, this process's batch size, and the
+  runs it depends on (train/dependencies.py: "init_from" -> a weights path, "classifier"
+  -> (model, config))."""
 
   mesh: jax.sharding.Mesh
   workdir: str
   local_batch_size: int
+  dependencies: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def data_sharding(self) -> NamedSharding:
@@ -72,7 +81,6 @@ class Task(abc.ABC):
   def __init__(self, config, env: Environment):
     self.config, self.env = config, env
     self._jit_eval_step = None
-    availability.require_prepared(config)  # before any data is read: one line, the command
 
   # The loop needs these from every task.
   total_steps: int
@@ -108,15 +116,16 @@ class Task(abc.ABC):
   # Optional.
   def from_pretrained(self, state):
     """Called once on a fresh start (no checkpoint in the workdir), outside jit: returns
-    `state` with weights from elsewhere, in its shardings. Default: `config.init_from`
-    if set (a torchvision ResNet .pth, our classification checkpoint: workdir,
-    checkpoints dir or step dir, or a classification config trained first,
-    upstream.weights_path), whose backbone replaces the state's (`config.init_scope`
-    "model": the whole model, from a run of the same model); else `state`."""
-    path = self.config.get("init_from", "")
+    `state` with weights from elsewhere, in its shardings. Default: the weights of
+    `config.init_from` if set (a torchvision ResNet .pth, our classification checkpoint:
+    workdir, checkpoints dir or step dir; a classification config is trained first by
+    train/dependencies.py, which hands its workdir over as `env.dependencies["init_from"]`),
+    whose backbone replaces the state's (`config.init_scope` "model": the whole model,
+    from a run of the same model); else `state`."""
+    path = self.env.dependencies.get("init_from") or self.config.get("init_from", "")
     if not path:
       return state
-    return backbone_weights.load_into(state, upstream.weights_path(path, self.env.workdir),
+    return backbone_weights.load_into(state, path,
                                       scope=self.config.get("init_scope", "backbone"))
 
   def image_summaries(self, state) -> dict[str, np.ndarray]:
@@ -130,14 +139,17 @@ class Task(abc.ABC):
     schedule = getattr(self, "schedule", None)
     return {} if schedule is None else {"learning_rate": float(schedule(step - 1))}
 
+  @abc.abstractmethod
   def batch_spec(self) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of one global train batch (`attention_lab.aot` compiles the
-    train step from them, without data). Default: this process's first batch, scaled to
-    the global batch; tasks whose data may be absent (ImageNet...) override it."""
-    batch = next(iter(self.train_batches(0)))
-    scale = self.config.batch_size // self.env.local_batch_size
-    return {k: jax.ShapeDtypeStruct((v.shape[0] * scale, *v.shape[1:]), v.dtype)
-            for k, v in batch.items()}
+    """Shapes and dtypes of one global train batch, from the config and the dataset's
+    facts (`aot` compiles the train step from them; synthetic runs are fed batches of
+    them)."""
+
+  def export(self, state, split: str, out: str) -> str:
+    """Writes the predictions of `split` as the task's benchmark files under `out` (a
+    path or URI) and returns where; tasks without a format raise ValueError."""
+    del state, split, out
+    raise ValueError(f"task {type(self).__name__} has no export format")
 
   # Shared helper for tasks whose evaluation is a sum over eval batches.
   def evaluate_batches(self, state, eval_step: Callable, batches: Iterable[Batch]

@@ -11,6 +11,7 @@ import optax
 from clu import metrics
 
 from attention_lab.data import pipeline
+from attention_lab.data.info import data_info
 from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
@@ -29,10 +30,11 @@ class Classification(base.Task):
 
   def __init__(self, config, env):
     super().__init__(config, env)
-    self.info = pipeline.dataset_info(config)
-    self.num_classes = self.info.num_classes
+    info = data_info(config)
+    self.num_classes = info.num_classes
+    self.image_shape = (config.dataset.image_size, config.dataset.image_size, info.channels)
     self.label_smoothing = config.get("label_smoothing", 0.0)
-    self.set_schedule(self.info.num_train_examples)
+    self.set_schedule(info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)
@@ -78,7 +80,7 @@ class Classification(base.Task):
     return {f"eval_{k}": float(v) for k, v in total.compute().items()}
 
   def batch_spec(self):
-    return {"image": jax.ShapeDtypeStruct((self.config.batch_size, *self.info.image_shape),
+    return {"image": jax.ShapeDtypeStruct((self.config.batch_size, *self.image_shape),
                                           jnp.float32),
             "label": jax.ShapeDtypeStruct((self.config.batch_size,), jnp.int32)}
 

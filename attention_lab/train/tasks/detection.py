@@ -29,6 +29,7 @@ from jax.experimental import multihost_utils
 
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import detection as data
+from attention_lab.data.info import data_info
 from attention_lab.evaluation import coco
 from attention_lab.ops import boxes as box_ops
 from attention_lab.train import optim
@@ -52,8 +53,8 @@ class Detection(base.Task):
 
   def __init__(self, config, env):
     super().__init__(config, env)
-    self.info = data.dataset_info(config)
-    self.num_classes = self.info.num_classes
+    info = data_info(config)
+    self.num_classes = info.num_classes
     size = config.dataset.image_size
     a = config.anchors
     self.anchor_boxes = box_ops.anchors(
@@ -63,7 +64,7 @@ class Detection(base.Task):
     per_location = box_ops.num_anchors_per_location(a.scales_per_octave, tuple(a.aspect_ratios))
     self.level_sizes = [(-(-size // 2 ** l)) ** 2 * per_location
                         for l in range(config.model.min_level, config.model.max_level + 1)]
-    self.set_schedule(self.info.num_train_examples)
+    self.set_schedule(info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes,
                                        num_anchors=per_location, image_size=size, rngs=rngs,

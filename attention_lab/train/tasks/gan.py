@@ -38,7 +38,7 @@ Evaluation (`config.eval`; the generic parts in evaluation/generative.py):
 - "digits": the penultimate features and logits of a digits classifier trained
   by this library: the default classification experiment (`eval.classifier_config`,
   configs/default.py) in `eval.classifier_workdir`; trained there first when that
-  workdir holds no finished run (about a minute on a CPU; train/upstream.py);
+  workdir holds no finished run (about a minute on a CPU; train/dependencies.py);
 - "none": no scores (sample grids only);
 then FID (lower is better: the headline), Inception Score, KID, k-NN precision
 and recall (k = 3; equally many generated and real features), and when
@@ -72,8 +72,9 @@ import attention_lab.models.sagan  # noqa: F401  (registers the SAGAN models)
 from attention_lab import models
 from attention_lab.data import gan as gan_data
 from attention_lab.data import pipeline
+from attention_lab.data.info import data_info
 from attention_lab.evaluation import generative
-from attention_lab.train import optim, upstream
+from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
 FEATURES = ("inception", "digits", "none")
@@ -114,12 +115,13 @@ class GAN(base.Task):
 
   def __init__(self, config, env):
     super().__init__(config, env)
-    self.info = gan_data.dataset_info(config)
+    gan_data.check(config)
+    classes = data_info(config).num_classes
     self.conditional = bool(config.conditional)
-    if self.conditional and self.info.num_classes < 2:
+    if self.conditional and classes < 2:
       raise ValueError(f"conditional=True needs a labelled dataset; {config.dataset.name!r} has "
-                       f"{self.info.num_classes} classes")
-    self.num_classes = self.info.num_classes if self.conditional else 0
+                       f"{classes} classes")
+    self.num_classes = classes if self.conditional else 0
     self.d_steps = int(config.d_steps)
     if self.d_steps < 1:
       raise ValueError(f"d_steps must be >= 1, got {config.d_steps}")
@@ -292,7 +294,11 @@ class GAN(base.Task):
       if ev.features == "inception":
         self._extractor = generative.inception_extractor(ev.inception_path)
       else:
-        model, config = upstream.digits_classifier(ev, self.env.workdir)
+        if "classifier" not in self.env.dependencies:
+          raise ValueError("eval.features = 'digits' needs the digits classifier of "
+                           "eval.classifier_config, resolved before the task "
+                           "(train/dependencies.py)")
+        model, config = self.env.dependencies["classifier"]
         (mean,), (std,) = pipeline.normalization("digits")
         self._extractor = generative.classifier_extractor(
             model, image_size=config.dataset.image_size, mean=mean, std=std,

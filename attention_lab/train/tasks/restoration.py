@@ -32,6 +32,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from attention_lab.data import restoration as data
+from attention_lab.data.info import data_info
 from attention_lab.evaluation import restoration as measures
 from attention_lab.evaluation.tiling import predict_tiled
 from attention_lab.train import optim
@@ -57,12 +58,13 @@ class Restoration(base.Task):
     super().__init__(config, env)
     if config.loss not in LOSSES:
       raise ValueError(f"loss must be one of {LOSSES}, got {config.loss!r}")
-    self.info = data.dataset_info(config)
+    self.info = data_info(config)
+    self.info.num_examples(config.dataset.eval_split, "dataset.eval_split")  # a known split
     patch = tuple(config.dataset.patch_size)
     if len(patch) != self.info.input_rank:
       raise ValueError(f"dataset.patch_size must have {self.info.input_rank} sides for "
                        f"{config.dataset.name}, got {patch}")
-    self.set_schedule(self.info.num_train_examples)
+    self.set_schedule(self.info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, in_channels=self.info.channels, rngs=rngs),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)

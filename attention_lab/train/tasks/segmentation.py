@@ -39,6 +39,7 @@ from jax.experimental import multihost_utils
 
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import segmentation as data
+from attention_lab.data.info import data_info
 from attention_lab.evaluation import segmentation as evaluation
 from attention_lab.train import optim
 from attention_lab.train.tasks import base
@@ -132,7 +133,7 @@ class Segmentation(base.Task):
     self.spec = data.dataset(config.dataset.name)
     self.num_classes = self.spec.num_classes
     self.aux_weight = float(config.get("aux_loss_weight", 0.0))
-    self.set_schedule(data.num_examples(config, config.dataset.train_split))
+    self.set_schedule(data_info(config).num_examples(config.dataset.train_split))
     extra = {"aux_head": True} if self.aux_weight > 0 else {}
     extra.update(backbone_weights.model_options(config))  # torch weights: torch padding
     self.net = base.TrainableModel(
