@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from attention_lab import cli, predict
+from attention_lab.evaluation import submission
 from attention_lab.train import trainer as trainer_lib
-from attention_lab.train.tasks import segmentation as seg_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +40,7 @@ def checkpointed(config, workdir: str):
 
 def test_voc_palette_matches_the_devkit():
   reference = voc_palette_reference()
-  np.testing.assert_array_equal(seg_task.palette(256), reference)
+  np.testing.assert_array_equal(submission.voc_colour_map(), reference)
   assert tuple(reference[1]) == (128, 0, 0) and tuple(reference[15]) == (192, 128, 128)
 
 
@@ -53,11 +53,11 @@ def test_segmentation_layouts(tmp_path, name, folder, value_range, mode):
   """Each benchmark's folder, stored values and PNG mode, from predicted class indices."""
   from attention_lab.data import segmentation as seg_data
   classes = seg_data.dataset(name).num_classes
-  layout, encode, palette = predict.segmentation_layout(name)
+  layout, encode, palette = submission.segmentation_layout(name)
   assert layout == folder
   labels = np.arange(classes).reshape(1, -1).repeat(3, 0)
   path = str(tmp_path / layout / "2008_000001.png")
-  predict.palette_png(encode(labels), path, palette=palette)
+  submission.palette_png(encode(labels), path, palette=palette)
   with Image.open(path) as image:
     assert image.mode == mode
     values = np.asarray(image)
@@ -70,7 +70,7 @@ def test_segmentation_layouts(tmp_path, name, folder, value_range, mode):
 
 
 def test_cityscapes_layout_writes_label_ids():
-  _, encode, palette = predict.segmentation_layout("cityscapes/semantic_segmentation")
+  _, encode, palette = submission.segmentation_layout("cityscapes/semantic_segmentation")
   assert not palette
   np.testing.assert_array_equal(encode(np.array([0, 1, 10, 18])), [7, 8, 23, 33])
 
@@ -127,8 +127,7 @@ def test_detection_json_loads_with_pycocotools(detection_workdir, tmp_path):
   from attention_lab.train.tasks import detection
   config, workdir = detection_workdir
   task, state, _ = predict.restore(config, workdir)
-  line, path, out = predict.predict_detection(task, state, "test[:6]", str(tmp_path),
-                                              with_outputs=True)
+  line, path, out = task.export_results(state, "test[:6]", str(tmp_path))
   assert os.path.basename(path) == "detections_test-6_attention_lab_results.json"
   with open(path) as f:
     results = json.load(f)
@@ -150,15 +149,15 @@ def test_detection_json_loads_with_pycocotools(detection_workdir, tmp_path):
 
 
 def test_coco_category_ids():
-  assert predict.result_set("test") == "test-dev2017"
-  assert predict.result_set("validation") == "val2017"
-  assert len(predict.COCO_CATEGORY_IDS) == 80 and len(set(predict.COCO_CATEGORY_IDS)) == 80
-  missing = sorted(set(range(1, 91)) - set(predict.COCO_CATEGORY_IDS))
+  assert submission.result_set("test") == "test-dev2017"
+  assert submission.result_set("validation") == "val2017"
+  assert len(submission.COCO_CATEGORY_IDS) == 80 and len(set(submission.COCO_CATEGORY_IDS)) == 80
+  missing = sorted(set(range(1, 91)) - set(submission.COCO_CATEGORY_IDS))
   assert missing == [12, 26, 29, 30, 45, 66, 68, 69, 71, 83]  # COCO's unused ids
   out = {"det_boxes": np.array([[[10.0, 20.0, 30.0, 60.0]]]), "det_scores": np.array([[0.5]]),
          "det_classes": np.array([[79]]), "det_valid": np.array([[True]]),
          "mask": np.array([True])}
-  (result,) = predict.detection_results(out, np.array([139]), predict.COCO_CATEGORY_IDS)
+  (result,) = submission.detection_results(out, np.array([139]), submission.COCO_CATEGORY_IDS)
   assert result == {"image_id": 139, "category_id": 90, "bbox": [20.0, 10.0, 40.0, 20.0],
                     "score": 0.5}
 

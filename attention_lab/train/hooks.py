@@ -86,13 +86,16 @@ class Progress:
 
 class Evaluation:
   """The task's whole-set evaluation and pictures at every `eval_every_steps` and the last
-  step; its time is left out of the training speed."""
+  step; its time is left out of the training speed. None in a synthetic speed run (there is
+  no evaluation data)."""
 
   def __init__(self, trainer, writer, progress: Progress):
     self.trainer, self.writer, self.progress = trainer, writer, progress
 
   def evaluate(self, step: int, write: bool = True) -> dict[str, float]:
     t = self.trainer
+    if t.synthetic:
+      return {}
     evaluation = t.task.evaluate(t.state)
     if write:
       self.writer.write_scalars(step, evaluation)
@@ -110,7 +113,8 @@ class Evaluation:
 
   def __call__(self, step: int, metrics) -> dict[str, float]:
     del metrics
-    if not is_time(step, self.trainer.config.eval_every_steps, self.trainer.total_steps):
+    if self.trainer.synthetic or not is_time(step, self.trainer.config.eval_every_steps,
+                                             self.trainer.total_steps):
       return {}
     self.progress.check()
     started = time.monotonic()

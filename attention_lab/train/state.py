@@ -34,10 +34,11 @@ def make_mesh(config, devices=None) -> jax.sharding.Mesh:
 def check_batch(config, mesh) -> int:
   """This process's share of `config.batch_size`; ValueError unless the devices of the mesh
   and the processes divide it."""
-  for count, what in ((mesh.size, "devices in the mesh"), (jax.process_count(), "processes")):
+  for count, what in ((mesh.size, "the number of devices in the mesh"),
+                      (jax.process_count(), "the process count")):
     if config.batch_size % count:
-      raise ValueError(f"batch_size = {config.batch_size}: must be divisible by the number "
-                       f"of {what} ({count})")
+      raise ValueError(f"batch_size = {config.batch_size}: must be divisible by {what} "
+                       f"({count})")
   return config.batch_size // jax.process_count()
 
 

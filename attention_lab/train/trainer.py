@@ -45,7 +45,8 @@ class Trainer:
       raise ValueError(
           f"num_train_steps = {config.get('num_train_steps')}, num_epochs = {config.get('num_epochs')}: "
           f"give {self.total_steps} train steps; set num_train_steps > 0 or num_epochs > 0")
-    if not config.dataset.get("synthetic", False):
+    self.synthetic = bool(config.dataset.get("synthetic", False))
+    if not self.synthetic:
       from attention_lab.data import availability  # pylint: disable=g-import-not-at-top
       availability.require_prepared(config)  # before any data is read: one line
     self.train_state = state.TrainState(self.task, self.mesh, config.mesh.param_sharding)
@@ -99,7 +100,7 @@ class Trainer:
 
   def batches(self, start: int):
     """Global batches from step `start` on: the task's data, or synthetic ones."""
-    if self.config.dataset.get("synthetic", False):
+    if self.synthetic:
       yield from synthetic.batches(self.task.batch_spec(), self.env.data_sharding,
                                    seed=self.config.seed,
                                    num_classes=getattr(self.task, "num_classes", 0))

@@ -15,7 +15,7 @@ neither TensorFlow nor a prepared dataset. The loop calls, in order:
     state, metrics = jit(task.train_step)(state, env.global_batch(batch))
   task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
   task.image_summaries(state) -> {name: images}  # pictures, at every evaluation
-  task.export(state, split, out) -> path         # optional: benchmark files (predict)
+  task.export(state, split, out) -> line         # optional: benchmark files (predict)
 
 The runs a task depends on (the GAN's digits classifier, a pretrained backbone) are
 resolved by the entry point before the task exists (train/dependencies.py) and reach it
@@ -147,7 +147,8 @@ class Task(abc.ABC):
 
   def export(self, state, split: str, out: str) -> str:
     """Writes the predictions of `split` as the task's benchmark files under `out` (a
-    path or URI) and returns where; tasks without a format raise ValueError."""
+    path or URI; formats in evaluation/submission.py) and returns a summary line; tasks
+    without a format raise ValueError."""
     del state, split, out
     raise ValueError(f"task {type(self).__name__} has no export format")
 

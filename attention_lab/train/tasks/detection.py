@@ -19,18 +19,22 @@ COCOeval: eval_map (mAP@[.5:.95], the headline), eval_ap50, eval_ap75,
 eval_ap_small / medium / large (−1 where the split has no such objects).
 """
 
+import json
+import math
+
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from clu import metrics
+from etils import epath
 from jax.experimental import multihost_utils
 
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import detection as data
 from attention_lab.data.info import data_info
-from attention_lab.evaluation import coco
+from attention_lab.evaluation import coco, submission
 from attention_lab.ops import boxes as box_ops
 from attention_lab.train import optim
 from attention_lab.train.tasks import base
@@ -178,6 +182,53 @@ class Detection(base.Task):
              for i in range(min(count, len(images)))]
     return {"detections": np.stack(drawn)}
 
+  def export_results(self, state, split, out):
+    """Writes COCO's results JSON of `split` (evaluation/submission.py) under `out`;
+    (summary line, its path, the gathered eval-step outputs with each row's "image_id")."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from attention_lab.data import pipeline  # pylint: disable=g-import-not-at-top
+    config = self.config
+    builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                                   supported=data.DATASETS)
+    subsplit, offset, largest = submission.process_slice(builder, split)
+    source = builder.as_dataset(split=subsplit, shuffle_files=False)
+    local = self.env.local_batch_size
+    if "image/id" in builder.info.features:  # COCO's own ids
+      ids = np.array([int(e) for e in tfds.as_numpy(source.map(lambda e: e["image/id"]))],
+                     np.int32)
+    else:
+      ids = np.arange(offset, offset + builder.info.splits[subsplit].num_examples,
+                      dtype=np.int32)
+
+    def batches():
+      """The evaluation's batches with each row's image id (−1: padding), as many on every
+      process."""
+      position, count, first = 0, 0, None
+      for batch in data.eval_batches(config, local_batch_size=local, source=source):
+        n = int(batch["mask"].sum())
+        batch["image_id"] = np.full(local, -1, np.int32)
+        batch["image_id"][:n] = ids[position:position + n]
+        position, count = position + n, count + 1
+        first = first or {k: np.zeros_like(v) for k, v in batch.items()}
+        yield batch
+      for _ in range(math.ceil(largest / local) - count):
+        yield {**first, "image_id": np.full(local, -1, np.int32)}
+
+    gathered = self._gathered_outputs(state, batches())
+    coco_names = config.dataset.name.startswith("coco")
+    category_ids = submission.COCO_CATEGORY_IDS if coco_names else None
+    results = submission.detection_results(gathered, gathered["image_id"], category_ids)
+    name = f"detections_{submission.result_set(split)}_attention_lab_results.json"
+    path = epath.Path(out) / name
+    if jax.process_index() == 0:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      path.write_text(json.dumps(results))
+    line = f"wrote {len(results)} detections of {int(gathered['mask'].sum())} images to {path}"
+    return line, path, gathered
+
+  def export(self, state, split, out):
+    return self.export_results(state, split, out)[0]
+
 
 def smooth_l1(x, *, beta: float):
   """Fast R-CNN's smooth L1: ½x²/β for |x| < β, |x| − ½β otherwise (Huber with δ = β,
@@ -214,6 +265,7 @@ def draw_boxes(image, gt_boxes, boxes, scores, classes, valid, *, threshold=0.3,
       draw.rectangle([x0, y0, x1 - 1, y1 - 1], outline=(255, 0, 0))
       draw.text((x0 + 1, y0 + 1), f"{int(c)}:{s:.2f}", fill=(255, 64, 64))
   return np.asarray(picture)
+
 
 
 TASK = Detection

@@ -57,6 +57,7 @@ O(n²·d) for n = min(num_samples, num_kid_real).
 """
 
 import hashlib
+import math
 import os
 
 import flax
@@ -64,6 +65,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from clu import metrics
+from etils import epath
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -73,7 +75,7 @@ from attention_lab import models
 from attention_lab.data import gan as gan_data
 from attention_lab.data import pipeline
 from attention_lab.data.info import data_info
-from attention_lab.evaluation import generative
+from attention_lab.evaluation import generative, submission
 from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
@@ -337,6 +339,30 @@ class GAN(base.Task):
         num_classes=self.num_classes)
     generative.record_history(self.env.workdir, int(state["step"]), result)
     return result
+
+  def export(self, state, split, out):
+    """`eval.num_samples` images from the EMA generator (the evaluation's sampler):
+    out/<class:04d>/<n:06d>.png per class for a conditional model, else out/<n:06d>.png,
+    the folders an external FID tool (pytorch-fid, clean-fid) reads."""
+    del split
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    n = int(self.config.eval.num_samples)
+    classes = max(self.num_classes, 1) if self.conditional else 1
+    # Chunks of whole class cycles keep every chunk class-balanced, like one call would.
+    chunk = max(classes, int(self.config.eval.batch_size) // classes * classes)
+    written, root = 0, epath.Path(out)
+    for index in range(math.ceil(n / chunk)):
+      images, labels = self.samples(state, min(chunk, n - written), seed_offset=index)
+      if jax.process_index() == 0:
+        for image, label in zip(images, labels):
+          folder = root / f"{int(label):04d}" if self.conditional else root
+          submission.save_png(Image.fromarray(np.asarray(image, np.uint8)),
+                              folder / f"{written:06d}.png")
+          written += 1
+      else:
+        written += len(images)
+    kind = f"{classes} class folders" if self.conditional else "one folder"
+    return f"wrote {written} samples as PNGs ({kind}) to {out}"
 
 
 def _stats_dir(config) -> str:

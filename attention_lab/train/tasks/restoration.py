@@ -21,6 +21,7 @@ eval_input_psnr, eval_input_ssim, eval_input_nrmse, each the mean over the eval
 images (as CARE and the SAO paper average per image), and eval_psnr_gain.
 """
 
+import io
 import math
 
 import flax
@@ -28,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from clu import metrics
+from etils import epath
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -196,6 +198,26 @@ class Restoration(base.Task):
       image, target = next(iter(self.eval_examples()))
       self._picture = (self._baseline(image), self.predict(state, image), target)
     return {"restoration": restoration_picture(*self._picture, self.config.eval)}
+
+  def export(self, state, split, out):
+    """out/<name>.tif: each image of `split` restored whole, tile by tile as the evaluation
+    does, float32 (Y, X) or (Z, Y, X) (a trailing channel axis kept when there are
+    several)."""
+    import tifffile  # pylint: disable=g-import-not-at-top
+    config = self.config.copy_and_resolve_references()
+    config.dataset.eval_split = split
+    written, root = 0, epath.Path(out)
+    for image, _, name in data.eval_examples(config):
+      prediction = np.asarray(self.predict(state, image), np.float32)
+      if prediction.shape[-1] == 1:
+        prediction = prediction[..., 0]
+      if jax.process_index() == 0:
+        buffer = io.BytesIO()
+        tifffile.imwrite(buffer, prediction)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / f"{name}.tif").write_bytes(buffer.getvalue())
+      written += 1
+    return f"wrote {written} restored TIFFs to {out}"
 
 
 def restoration_picture(baseline, prediction, target, eval_config) -> np.ndarray:

@@ -29,18 +29,21 @@ folder or one step folder), or a classification config file
 if unfinished); each fills the backbone's parameters and BatchNorm statistics.
 """
 
+import math
+
 import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from clu import metrics
-from jax.experimental import multihost_utils
+from etils import epath
 
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import segmentation as data
 from attention_lab.data.info import data_info
 from attention_lab.evaluation import segmentation as evaluation
+from attention_lab.evaluation import submission
 from attention_lab.train import optim
 from attention_lab.train.tasks import base
 
@@ -89,38 +92,13 @@ def pixel_cross_entropy(logits, labels, ignore_label: int = IGNORE):
   return ce.sum() / jnp.maximum(valid.sum(), 1), per_example, count
 
 
-def palette(num_classes: int) -> np.ndarray:
-  """The PASCAL VOC colour map (bit-interleaved class index), (256, 3) uint8."""
-  colours = np.zeros((256, 3), np.uint8)
-  for k in range(256):
-    c, r, g, b = k, 0, 0, 0
-    for j in range(8):
-      r |= ((c >> 0) & 1) << (7 - j)
-      g |= ((c >> 1) & 1) << (7 - j)
-      b |= ((c >> 2) & 1) << (7 - j)
-      c >>= 3
-    colours[k] = (r, g, b)
-  del num_classes
-  return colours
-
-
 def overlay(image, labels, alpha: float = 0.5) -> np.ndarray:
   """uint8 image (N, H, W, 3) with the class colours of `labels` blended in (255 untouched,
   class 0 = background shown as the image)."""
-  colours = palette(256)[np.asarray(labels)]
+  colours = submission.voc_colour_map()[np.asarray(labels)]
   blend = (1 - alpha) * image + alpha * colours
   keep = ((labels == IGNORE) | (labels == 0))[..., None]
   return np.where(keep, image, blend).round().astype(np.uint8)
-
-
-def _host(x) -> np.ndarray:
-  """A global array as numpy on every process: replicated → this process's copy; sharded
-  over processes → all-gathered (multi-host safe; np.asarray alone is not)."""
-  if not isinstance(x, jax.Array) or x.is_fully_addressable:
-    return np.asarray(x)
-  if x.sharding.is_fully_replicated:
-    return np.asarray(x.addressable_data(0))
-  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 class Segmentation(base.Task):
@@ -244,8 +222,8 @@ class Segmentation(base.Task):
   def evaluate(self, state):
     batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size)
     total = self.evaluate_batches(state, self.eval_step, batches).compute()
-    confusion = _host(total["confusion"])
-    result = {"eval_loss": float(_host(total["loss"]))}
+    confusion = submission.host(total["confusion"])
+    result = {"eval_loss": float(submission.host(total["loss"]))}
     result.update({f"eval_{k}": v for k, v in
                    evaluation.summary(confusion, list(self.spec.class_names)).items()})
     return result
@@ -260,7 +238,7 @@ class Segmentation(base.Task):
     if self._jit_predict is None:
       self._jit_predict = jax.jit(lambda s, x: jnp.argmax(self.predict(s, x), -1))
     predicted = self._jit_predict(state, self.env.global_batch(batch)["image"])
-    predicted = _host(predicted)
+    predicted = submission.host(predicted)
     n = min(count, int(batch["mask"].sum()))
     mean, std = (np.asarray(v, np.float32) for v in self.spec.stats)
     image = np.clip((batch["image"][:n] * std + mean) * 255, 0, 255)
@@ -268,6 +246,61 @@ class Segmentation(base.Task):
     panels = [image.round().astype(np.uint8), overlay(image, label),
               overlay(image, np.where(label == IGNORE, IGNORE, predicted[:n]))]
     return {"segmentation": np.concatenate(panels, axis=2)}
+
+  def export(self, state, split, out):
+    """One PNG per image of `split` in the benchmark's layout (evaluation/submission.py),
+    predicted as the evaluation predicts."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from attention_lab.data import availability, pipeline  # pylint: disable=g-import-not-at-top
+    config = self.config
+    spec = data.dataset(config.dataset.name)
+    builder = pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
+                                   config.dataset.get("manual_dir"), supported=data.DATASETS)
+    availability.require_split(config.dataset, builder, split)
+    subsplit, offset, largest = submission.process_slice(builder, split)
+    folder, encode, palette = submission.segmentation_layout(config.dataset.name)
+    folder = epath.Path(out) / folder
+    size, local = config.dataset.eval_size, self.env.local_batch_size
+    predict = jax.jit(self.predict)
+
+    def canvas(image):
+      """The evaluation's input: decoded (normalised, dataset.resize), fitted into and padded
+      to eval_size (a dummy label: test splits have none)."""
+      label = np.zeros((*image.shape[:2], 1), np.uint8)
+      x, label = data.decode(config, {spec.image_key: image, spec.label_key: label})
+      return data.eval_preprocess(x, label, size=size)[0].numpy(), tuple(x.shape[:2])
+
+    def flush(pending):
+      images = np.zeros((local, size, size, 3), np.float32)
+      for i, (_, image, _) in enumerate(pending):
+        images[i] = image
+      probs = submission.host(predict(state, self.env.global_batch({"image": images})["image"]))
+      if jax.process_count() > 1:
+        probs = probs[jax.process_index() * local:(jax.process_index() + 1) * local]
+      for (image_id, _, (decoded, original)), p in zip(pending, probs):
+        scale = min(1.0, size / max(decoded))
+        fitted = [int(round(s * scale)) for s in decoded]
+        p = p[:fitted[0], :fitted[1]]
+        if tuple(fitted) != original:
+          p = tf.image.resize(p, original, "bilinear").numpy()
+        submission.palette_png(encode(np.argmax(p, -1)), folder / f"{image_id}.png",
+                    palette=palette)
+
+    examples = tfds.as_numpy(builder.as_dataset(split=subsplit, shuffle_files=False))
+    pending, written = [], 0
+    for index, example in enumerate(examples):
+      image = example[spec.image_key]
+      image_id = submission.text(example["image_id"]) if "image_id" in example else f"{offset + index:05d}"
+      x, decoded = canvas(image)
+      pending.append((image_id, x, (decoded, tuple(image.shape[:2]))))
+      if len(pending) == local:
+        flush(pending)
+        written, pending = written + len(pending), []
+    for _ in range(math.ceil(largest / local) - written // local):  # same batch count everywhere
+      flush(pending)
+      written, pending = written + len(pending), []
+    return f"wrote {written} segmentation PNGs to {folder}"
 
 
 TASK = Segmentation
