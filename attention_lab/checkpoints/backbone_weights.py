@@ -24,11 +24,10 @@ absent or "auto"; an orbax checkpoint of ours, or a fresh start, keeps the
 model's own padding ("same").
 """
 
-import os
-
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 
 
 def _name(entry) -> str:
@@ -49,15 +48,18 @@ def flatten(tree) -> dict[tuple[str, ...], np.ndarray]:
   return out
 
 
-def _orbax_item(path: str) -> str:
-  """The item folder of the newest step under a workdir / checkpoints dir / step dir."""
-  if os.path.isdir(os.path.join(path, "checkpoints")):
-    path = os.path.join(path, "checkpoints")
-  steps = [int(d) for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
+def _orbax_item(path: str) -> epath.Path:
+  """The item folder of the newest step under a workdir / checkpoints dir / step dir (a
+  local path, made absolute as orbax wants, or a URI)."""
+  path = epath.Path(path)
+  path = path if "://" in str(path) else path.resolve()
+  if (path / "checkpoints").is_dir():
+    path = path / "checkpoints"
+  steps = [int(d.name) for d in path.iterdir() if d.name.isdigit()] if path.is_dir() else []
   if steps:
-    path = os.path.join(path, str(max(steps)))
-  if os.path.isdir(os.path.join(path, "default")):
-    path = os.path.join(path, "default")
+    path = path / str(max(steps))
+  if (path / "default").is_dir():
+    path = path / "default"
   return path
 
 
@@ -66,7 +68,7 @@ def is_torch_checkpoint(init_from: str) -> bool:
   (`path.py[:preset]`) and not a directory (an orbax checkpoint or workdir)."""
   if not init_from or init_from.partition(":")[0].endswith(".py"):
     return False
-  return not os.path.isdir(init_from)
+  return not epath.Path(init_from).is_dir()
 
 
 def model_options(config) -> dict:
@@ -103,9 +105,9 @@ def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray
   scope "model": every ("params" | "rest", ...) value of an orbax checkpoint."""
   if scope not in SCOPES:
     raise ValueError(f"init_scope must be one of {SCOPES}, got {scope!r}")
-  if not os.path.exists(path):
+  if not epath.Path(path).exists():
     raise ValueError(f"init_from {path!r} does not exist")
-  if os.path.isfile(path):
+  if epath.Path(path).is_file():
     if scope != "backbone":
       raise ValueError(f"init_from {path!r} is a torch file (a backbone); init_scope "
                        f"{scope!r} needs a workdir of a run of this model")
@@ -115,8 +117,7 @@ def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray
     return {(("rest" if k[-1] in ("mean", "var") else "params"), "backbone") + k: v
             for k, v in converted.items()}
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  item = epath.Path(os.path.abspath(_orbax_item(path)))  # orbax rejects relative paths
+  item = _orbax_item(path)
   # The handler, not a Checkpointer: a Checkpointer looks for the step's metadata file in
   # the item folder and warns on the console that it is missing.
   handler = ocp.PyTreeCheckpointHandler()

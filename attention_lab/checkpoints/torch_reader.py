@@ -46,6 +46,7 @@ import zipfile
 
 import ml_dtypes
 import numpy as np
+from etils import epath
 
 __all__ = ["UnsupportedCheckpointError", "load_torch_checkpoint", "load_torch_state_dict"]
 
@@ -237,8 +238,8 @@ def _storage_type(value):
   return value
 
 
-def _load_zip(path):
-  with zipfile.ZipFile(path) as archive:
+def _load_zip(source, path):
+  with zipfile.ZipFile(source) as archive:
     names = archive.namelist()
     pickles = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
@@ -274,51 +275,50 @@ def _load_zip(path):
   return obj
 
 
-def _load_legacy(path):
-  with open(path, "rb") as f:
-    try:
-      magic = _Unpickler(f, _no_storages).load()
-    except Exception as e:  # pylint: disable=broad-except
-      raise UnsupportedCheckpointError(f"{path}: neither a zip nor a legacy torch file") from e
-    if magic != LEGACY_MAGIC_NUMBER:
-      raise UnsupportedCheckpointError(
-          f"{path}: not a torch.save file (no zip, and legacy magic number {magic!r} != "
-          f"{LEGACY_MAGIC_NUMBER:#x}; tar checkpoints of torch < 0.4 are not supported)")
-    protocol = _Unpickler(f, _no_storages).load()
-    if protocol != LEGACY_PROTOCOL_VERSION:
-      raise UnsupportedCheckpointError(f"{path}: legacy protocol {protocol}, expected 1001")
-    sys_info = _Unpickler(f, _no_storages).load()
-    del sys_info  # Storage bytes are little-endian whatever the writer's byte order.
-    roots = {}
+def _load_legacy(f, path):
+  try:
+    magic = _Unpickler(f, _no_storages).load()
+  except Exception as e:  # pylint: disable=broad-except
+    raise UnsupportedCheckpointError(f"{path}: neither a zip nor a legacy torch file") from e
+  if magic != LEGACY_MAGIC_NUMBER:
+    raise UnsupportedCheckpointError(
+        f"{path}: not a torch.save file (no zip, and legacy magic number {magic!r} != "
+        f"{LEGACY_MAGIC_NUMBER:#x}; tar checkpoints of torch < 0.4 are not supported)")
+  protocol = _Unpickler(f, _no_storages).load()
+  if protocol != LEGACY_PROTOCOL_VERSION:
+    raise UnsupportedCheckpointError(f"{path}: legacy protocol {protocol}, expected 1001")
+  sys_info = _Unpickler(f, _no_storages).load()
+  del sys_info  # Storage bytes are little-endian whatever the writer's byte order.
+  roots = {}
 
-    def factory(pid):
-      storage_type, key, _, numel = pid[:4]
-      view_metadata = pid[4] if len(pid) > 4 else None
-      key = str(key)
-      if key not in roots:
-        roots[key] = _Storage(_storage_type(storage_type).dtype, numel)
-      if view_metadata is not None:
-        _, offset, size = view_metadata
-        return _StorageView(roots[key], offset, size)
-      return roots[key]
+  def factory(pid):
+    storage_type, key, _, numel = pid[:4]
+    view_metadata = pid[4] if len(pid) > 4 else None
+    key = str(key)
+    if key not in roots:
+      roots[key] = _Storage(_storage_type(storage_type).dtype, numel)
+    if view_metadata is not None:
+      _, offset, size = view_metadata
+      return _StorageView(roots[key], offset, size)
+    return roots[key]
 
-    obj = _Unpickler(f, factory).load()
-    keys = _Unpickler(f, _no_storages).load()
-    for key in keys:
-      key = str(key)
-      if key not in roots:
-        raise UnsupportedCheckpointError(f"{path}: storage key {key} was never referenced")
-      storage = roots[key]
-      header = f.read(8)
-      if len(header) != 8:
-        raise UnsupportedCheckpointError(f"{path}: truncated before storage {key}")
-      (numel,) = struct.unpack("<q", header)
-      nbytes = numel * storage.dtype.itemsize
-      raw = f.read(nbytes)
-      if len(raw) != nbytes:
-        raise UnsupportedCheckpointError(f"{path}: storage {key} truncated")
-      storage.array = np.frombuffer(raw, storage.dtype.newbyteorder("<")).astype(
-          storage.dtype, copy=False)
+  obj = _Unpickler(f, factory).load()
+  keys = _Unpickler(f, _no_storages).load()
+  for key in keys:
+    key = str(key)
+    if key not in roots:
+      raise UnsupportedCheckpointError(f"{path}: storage key {key} was never referenced")
+    storage = roots[key]
+    header = f.read(8)
+    if len(header) != 8:
+      raise UnsupportedCheckpointError(f"{path}: truncated before storage {key}")
+    (numel,) = struct.unpack("<q", header)
+    nbytes = numel * storage.dtype.itemsize
+    raw = f.read(nbytes)
+    if len(raw) != nbytes:
+      raise UnsupportedCheckpointError(f"{path}: storage {key} truncated")
+    storage.array = np.frombuffer(raw, storage.dtype.newbyteorder("<")).astype(
+        storage.dtype, copy=False)
   return obj
 
 
@@ -348,9 +348,12 @@ def load_torch_checkpoint(path):
   when the file is not a readable torch checkpoint.
   """
   path = os.fspath(path)
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise FileNotFoundError(f"path: no torch checkpoint at {path!r}")
-  obj = _load_zip(path) if zipfile.is_zipfile(path) else _load_legacy(path)
+  source = io.BytesIO(epath.Path(path).read_bytes())  # a local file or a URI (gs://...)
+  is_zip = zipfile.is_zipfile(source)
+  source.seek(0)
+  obj = _load_zip(source, path) if is_zip else _load_legacy(source, path)
   return _materialize(obj)
 
 

@@ -13,12 +13,12 @@ download when files are missing).
 
 import contextlib
 import dataclasses
-import os
 import shlex
 import sys
 
 import tensorflow_datasets as tfds
 from absl import logging
+from etils import epath
 
 from attention_lab import cli
 from attention_lab.data.builders import BUILDERS
@@ -147,13 +147,13 @@ def is_prepared(found: tfds.core.DatasetBuilder) -> bool:
 
 def data_dir_root(data_dir: str | None) -> str:
   """The TFDS data directory searched ("" / None: TFDS's default)."""
-  return os.path.expanduser(data_dir or tfds.core.constants.DATA_DIR)
+  return str(epath.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser())
 
 
 def manual_dir(dataset) -> str:
   """`dataset.manual_dir`, or TFDS's default `<data_dir>/downloads/manual`."""
   return (dataset.get("manual_dir") or
-          os.path.join(data_dir_root(dataset.get("data_dir")), "downloads", "manual"))
+          str(epath.Path(data_dir_root(dataset.get("data_dir"))) / "downloads" / "manual"))
 
 
 def split_names(split: str) -> set[str]:
@@ -170,7 +170,7 @@ def missing_files(name: str, manual: str, splits=()) -> list[str]:
   """The paths under `manual` that preparing `name` (for `splits`) needs and lacks."""
   spec = source(name)
   wanted = list(spec.files) + [f for s in splits for f in spec.split_files.get(s, ())]
-  return [f for f in wanted if not os.path.exists(os.path.join(manual, f))]
+  return [f for f in wanted if not (epath.Path(manual) / f).exists()]
 
 
 def prepare_command(dataset, config_spec: str | None = None) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 import jax
 import numpy as np
 from absl import logging
-from etils import epy
+from etils import epath, epy
 
 with epy.lazy_imports():  # TensorFlow only once a pipeline is built
   import tensorflow as tf
@@ -72,8 +72,8 @@ def get_builder(name: str, data_dir: str | None = None, manual_dir: str | None =
   if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
     builder.download_and_prepare()
   elif not builder.is_prepared():
-    manual_dir = manual_dir or os.path.join(builder.data_dir_root, "downloads", "manual")
-    if not os.path.isdir(manual_dir):
+    manual_dir = manual_dir or str(epath.Path(builder.data_dir_root) / "downloads" / "manual")
+    if not epath.Path(manual_dir).is_dir():
       raise ValueError(f"manual_dir must name the downloaded files of {name!r} (see "
                        f"{BUILDERS[family].__module__}); {manual_dir} is not a folder")
     builder.download_and_prepare(

@@ -74,8 +74,8 @@ def missing_files_message(name: str, manual: str, missing) -> str:
 
 def _celeba_folder(dataset) -> str:
   folder = dataset.image_dir
-  images = [f for f in os.listdir(folder) if f.lower().endswith((".jpg", ".png"))] \
-      if os.path.isdir(folder) else []
+  images = [f for f in epath.Path(folder).iterdir()
+            if f.name.lower().endswith((".jpg", ".png"))] if epath.Path(folder).is_dir() else []
   if not images:
     raise MissingFiles(f"dataset.image_dir {folder!r} holds no CelebA JPEGs: download "
                        "img_align_celeba.zip from https://mmlab.ie.cuhk.edu.hk/projects/"

@@ -17,6 +17,7 @@ recall and the pixel-diversity ratio (evaluation/precision_recall.py).
 """
 
 import dataclasses
+import io
 import json
 import os
 
@@ -24,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from etils import epath
 from flax import nnx
 
 from attention_lab.evaluation import fid as fid_lib
@@ -77,11 +79,11 @@ def inception_extractor(path: str):
   """(cache key, fn): fn maps uint8 images → (2048-d pool features, 1008 logits) of
   pytorch-fid's Inception from the weights file at `path`."""
   from attention_lab.evaluation import inception  # pylint: disable=g-import-not-at-top
-  if not path or not os.path.isfile(path):
+  if not path or not epath.Path(path).is_file():
     raise ValueError(f"eval.inception_path must name pytorch-fid's weights file "
                      f"pt_inception-2015-12-05-6726825d.pth, got {path!r}")
   fn = inception.fid_inception(path, logits=True)
-  key = "inception-" + os.path.basename(path).split(".")[0]
+  key = "inception-" + epath.Path(path).name.split(".")[0]
   return key, lambda images: tuple(np.asarray(a) for a in fn(images))
 
 
@@ -130,8 +132,9 @@ def real_statistics(path: str, batches, extract_fn, *, num_kept: int,
   (uint8 → features), read from the .npz at `path` or computed and written there (process 0,
   atomically)."""
   fields = [f.name for f in dataclasses.fields(RealStatistics)]
-  if os.path.exists(path):
-    with np.load(path) as f:
+  path = epath.Path(path)
+  if path.exists():
+    with np.load(io.BytesIO(path.read_bytes())) as f:
       if set(fields) <= set(f.files):
         return RealStatistics(**{k: f[k] for k in fields})
   feats, labels, views = [], [], []
@@ -148,10 +151,12 @@ def real_statistics(path: str, batches, extract_fn, *, num_kept: int,
   stats = RealStatistics(mu, sigma, feats[:num_kept].astype(np.float32), labels[:num_kept],
                          distances)
   if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + f".tmp{os.getpid()}.npz"
-    np.savez(tmp, **dataclasses.asdict(stats))
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **dataclasses.asdict(stats))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(buffer.getvalue())
+    tmp.replace(path)
     logging.info("Real statistics (%d images) cached in %s", len(feats), path)
   return stats
 
@@ -192,15 +197,13 @@ def record_history(workdir: str, step: int, result: dict) -> None:
   fid_history.png (process 0 only)."""
   if jax.process_index() > 0:
     return
-  path = os.path.join(workdir, "fid_history.json")
+  path = epath.Path(workdir) / "fid_history.json"
   history = []
-  if os.path.exists(path):
-    with open(path) as f:
-      history = [h for h in json.load(f) if h["step"] != step]
+  if path.exists():
+    history = [h for h in json.loads(path.read_text()) if h["step"] != step]
   history = sorted(history + [{"step": step, **result}], key=lambda h: h["step"])
-  with open(path, "w") as f:
-    json.dump(history, f, indent=1)
-  plot_history({"": history}, os.path.join(workdir, "fid_history.png"))
+  path.write_text(json.dumps(history, indent=1))
+  plot_history({"": history}, str(epath.Path(workdir) / "fid_history.png"))
 
 
 def plot_history(histories: dict[str, list[dict]], path: str, key: str = "eval_fid") -> None:
@@ -217,5 +220,7 @@ def plot_history(histories: dict[str, list[dict]], path: str, key: str = "eval_f
   if any(histories):
     ax.legend()
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=100)
   plt.close(fig)
+  epath.Path(path).write_bytes(buffer.getvalue())

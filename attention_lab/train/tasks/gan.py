@@ -76,7 +76,7 @@ from attention_lab.data import gan as gan_data
 from attention_lab.data import pipeline
 from attention_lab.data.info import data_info
 from attention_lab.evaluation import generative, submission
-from attention_lab.train import optim
+from attention_lab.train import optim, workdir
 from attention_lab.train.tasks import base
 
 FEATURES = ("inception", "digits", "none")
@@ -312,10 +312,11 @@ class GAN(base.Task):
     if self._real is None:
       ev, ds = self.config.eval, self.config.dataset
       key, fn = self.feature_extractor()
-      source = ds.name if not ds.get("image_dir") else (
-          "celeb_a-dir-" + hashlib.sha1(os.path.abspath(ds.image_dir).encode()).hexdigest()[:8])
-      path = os.path.join(_stats_dir(self.config),
-                          f"{source}_{ev.real_split}_{ds.image_size}px_{ev.num_real}_{key}.npz")
+      folder = str(workdir.resolve(ds.image_dir)) if ds.get("image_dir") else ""
+      source = ds.name if not folder else (
+          "celeb_a-dir-" + hashlib.sha1(folder.encode()).hexdigest()[:8])
+      path = str(epath.Path(_stats_dir(self.config))
+                 / f"{source}_{ev.real_split}_{ds.image_size}px_{ev.num_real}_{key}.npz")
       batches = gan_data.real_images(self.config, ev.real_split, limit=ev.num_real,
                                      batch_size=ev.batch_size)
       self._real = generative.real_statistics(
@@ -369,8 +370,8 @@ def _stats_dir(config) -> str:
   if config.eval.get("stats_dir"):
     return config.eval.stats_dir
   data_dir = config.dataset.data_dir or os.environ.get(
-      "TFDS_DATA_DIR", os.path.join(os.path.expanduser("~"), "tensorflow_datasets"))
-  return os.path.join(data_dir, "gan_statistics")
+      "TFDS_DATA_DIR", str(epath.Path("~/tensorflow_datasets").expanduser()))
+  return str(epath.Path(data_dir) / "gan_statistics")
 
 
 TASK = GAN
