@@ -6,9 +6,8 @@ import pathlib
 import subprocess
 import sys
 
-from clu import metric_writers
-
 from attention_lab import main
+from attention_lab.train import workdir
 
 REPO = pathlib.Path(__file__).parents[1]
 
@@ -67,10 +66,11 @@ def test_until_step_0_evaluates_the_initial_model_and_writes_the_final_line_as_j
 
 
 def test_the_json_adds_the_median_of_each_perf_scalar(tmp_path):
-  writer = metric_writers.create_default_writer(str(tmp_path), just_logging=False)
+  record = workdir.RunSummary(str(tmp_path))
   for step, speed in ((2, 10.0), (4, 30.0), (6, 14.0)):
-    writer.write_scalars(step, {"perf/examples_per_second": speed, "train_loss": 1.0})
-  writer.close()
-  main.write_final(str(tmp_path / "final.json"), {"eval_top1": 0.5}, str(tmp_path))
+    record.add_perf(step, {"perf/examples_per_second": speed})
+  record.save()
+  resumed = workdir.RunSummary(str(tmp_path), start_step=6)  # as a re-run reads it back
+  main.write_final(str(tmp_path / "final.json"), {"eval_top1": 0.5}, resumed)
   assert json.loads((tmp_path / "final.json").read_text()) == {
       "eval_top1": 0.5, "perf/examples_per_second": 14.0}

@@ -49,7 +49,9 @@ def damaged_file(name: str, data_dir: str, offset: int | None) -> str | None:
   """The one TFRecord file of dataset `name` whose record at `offset` is corrupted."""
   if offset is None:
     return None
-  files = sorted(str(f) for f in epath.Path(_dataset_dir(name, data_dir)).glob("**/*.tfrecord*"))
+  root = epath.Path(_dataset_dir(name, data_dir))  # <name>[/<config>]/<version>/ files
+  files = sorted(str(f) for depth in range(3)
+                 for f in root.glob("/".join(["*"] * depth + ["*.tfrecord*"])))
   found = [f for f in files if _fails_at(f, offset)]
   return found[0] if len(found) == 1 else None
 
