@@ -75,6 +75,11 @@ class Trainer:
   def evaluate(self) -> dict[str, float]:
     return self.task.evaluate(self.state)
 
+  def save(self, *, force: bool = True) -> None:
+    """Saves the current state as its step (and waits for the write)."""
+    self.checkpoints.save(int(self.state["step"]), state.storable(self.state), force=force)
+    self.checkpoints.wait_until_finished()
+
   def agree(self, *flags: bool) -> tuple[bool, ...]:
     """Each flag, true if it is true on any process (an all-gather when there are several)."""
     if jax.process_count() == 1:

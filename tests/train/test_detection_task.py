@@ -14,8 +14,9 @@ import pytest
 from attention_lab.ops import boxes as box_ops
 from attention_lab.train import tasks
 from attention_lab.train.tasks import base, detection
-from attention_lab.train.trainer import make_mesh
+from attention_lab.train.state import make_mesh
 from configs.detection import default
+from tests.batches import first_batch_spec
 
 
 @pytest.fixture(scope="module")
@@ -132,5 +133,5 @@ def test_init_from_a_classification_checkpoint(task, tmp_path):
 
 def test_batch_spec_without_data_is_the_first_batch(task):
   """`attention_lab.aot` compiles from batch_spec() where COCO is not prepared."""
-  spec = base.Task.batch_spec(task)  # read from the data
+  spec = first_batch_spec(task)  # read from the data
   assert task.batch_spec() == spec

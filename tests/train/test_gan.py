@@ -14,8 +14,10 @@ from attention_lab.models import sagan
 from attention_lab.train import tasks
 from attention_lab.train.tasks import base
 from attention_lab.train.tasks import gan
-from attention_lab.train.trainer import Trainer, make_mesh
+from attention_lab.train.state import make_mesh
+from attention_lab.train.trainer import Trainer
 from configs.gan import default
+from tests.batches import first_batch_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -167,7 +169,7 @@ def test_batch_spec_without_data_is_the_first_batch(tmp_path, d_steps):
   """`attention_lab.aot` compiles from batch_spec() where ImageNet / CelebA are not prepared."""
   config = tiny(tmp_path, d_steps=d_steps)
   task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path), 4))
-  assert task.batch_spec() == base.Task.batch_spec(task)
+  assert task.batch_spec() == first_batch_spec(task)
 
 
 def test_minibatch_stddev_matches_a_loop_and_keeps_groups_apart():

@@ -10,9 +10,11 @@ from flax import nnx
 
 from attention_lab.train import tasks
 from attention_lab.train.tasks import base
-from attention_lab.train.trainer import Trainer, make_mesh
+from attention_lab.train.state import make_mesh
+from attention_lab.train.trainer import Trainer
 from configs.restoration import default
 from configs.sanet import care_flywing, care_planaria, care_tribolium
+from tests.batches import first_batch_spec
 
 CONFIGS = {"default": default, "planaria": care_planaria, "tribolium": care_tribolium,
            "flywing": care_flywing}
@@ -83,4 +85,4 @@ def test_batch_spec_without_data_is_the_first_batch(tmp_path, tfds_dir, name, pr
   config.dataset.data_dir = tfds_dir
   task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp_path),
                                                 config.batch_size))
-  assert task.batch_spec() == base.Task.batch_spec(task)
+  assert task.batch_spec() == first_batch_spec(task)

@@ -21,6 +21,7 @@ from attention_lab.train import dependencies, state as state_lib
 from attention_lab.train.tasks import base
 from attention_lab.train.tasks import segmentation as seg_task
 from configs.segmentation import default
+from tests.batches import first_batch_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -148,4 +149,4 @@ def test_loss_ignores_label_255_and_overlay():
 def test_batch_spec_without_data_is_the_first_batch(tmp_path):
   """`attention_lab.aot` compiles from batch_spec() where VOC / ADE20K are not prepared."""
   task = _task(tmp_path)
-  assert task.batch_spec() == base.Task.batch_spec(task)
+  assert task.batch_spec() == first_batch_spec(task)
