@@ -45,8 +45,8 @@ class RestorationInfo:
 
 
 def _builder(config) -> tfds.core.DatasetBuilder:
-  return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
-                              config.dataset.get("manual_dir"), supported=NAMES)
+  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                              config.dataset.manual_dir, supported=NAMES)
 
 
 def dataset_info(config) -> RestorationInfo:
@@ -59,7 +59,7 @@ def dataset_info(config) -> RestorationInfo:
                        f"{config.dataset[field]!r}")
   rank_in = len(features["input"].shape) - 1
   rank_out = len(features["target"].shape) - 1
-  channels = features["input"].shape[-1] or config.dataset.get("channels") or None
+  channels = features["input"].shape[-1] or config.dataset.channels or None
   if channels is None:  # CARE: read one example
     example = next(iter(builder.as_dataset(split=config.dataset.train_split).take(1)))
     channels = int(example["input"].shape[-1])
@@ -105,7 +105,7 @@ def _augment(x, y, seed):
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
   patch = tuple(config.dataset.patch_size)
-  augment = config.dataset.get("augment", False)
+  augment = config.dataset.augment
 
   def crop(example, seed):
     x, y = _crop_pair(example, patch, seed)
@@ -126,7 +126,7 @@ def eval_examples(config):
   Inputs are percentile-normalised when config.dataset.input_percentiles is set.
   """
   ds = _builder(config).as_dataset(split=config.dataset.eval_split, shuffle_files=False)
-  percentiles = config.dataset.get("input_percentiles")
+  percentiles = config.dataset.input_percentiles
   for index, example in enumerate(tfds.as_numpy(ds)):
     x = example["input"].astype(np.float32)
     if percentiles:
