@@ -6,12 +6,13 @@ the library reads exists in every config of that family and is read as an attrib
 default is the value that means "off" or the library's behaviour when nothing is chosen.
 
 `model` holds the keyword arguments of `models.create(model.name, ...)`: the schema gives
-the fields the tasks read (name and dtype, but the GAN's fixed models need no name, and
-the family's own); a config adds its model's
-other arguments, whose defaults are those of the model's signature.
+the fields the tasks read (`dtype`, `name` but in the GAN, whose two models are fixed, and
+the family's own); a config adds its model's other arguments, whose defaults are those of
+the model's signature.
 
-Every training config also has the run options of `presets.run_options` (compilation
-cache, profiler).
+The run options (compilation cache, profiler) come from `presets.run_options`.
+tests/train/test_paper_configs.py checks that every config holds exactly its family's
+fields (its model's arguments aside).
 """
 
 import ml_collections
