@@ -1,5 +1,6 @@
 """Command-line pieces shared by `attention_lab.main` and `attention_lab.aot`: config files
-checked before absl parses them, one-line errors (exit status 2) instead of tracebacks."""
+checked before absl parses them (each executed once), one-line errors (exit status 2)
+instead of tracebacks."""
 
 import contextlib
 import difflib
@@ -96,13 +97,38 @@ def _check_overrides(config, argv) -> None:
       node, parents = node[part], parents + [part]
 
 
+class _LoadedConfig(flags.ArgumentParser):
+  """The parser of a `--config=FILE[:preset]` flag (config_flags') with the config that
+  `parse_flags` loaded and checked for `spec`: parsing `spec` once returns that config, so
+  the file is executed once; anything else goes to config_flags' parser `inner`."""
+
+  def __init__(self, inner: flags.ArgumentParser, spec: str, config):
+    self.inner, self.spec, self.config = inner, spec, config
+
+  def parse(self, argument):
+    if argument != self.spec or self.config is None:
+      return self.inner.parse(argument)
+    config, self.config = self.config, None
+    config.lock()  # as config_flags locks the configs it loads
+    return config
+
+  def flag_type(self):
+    return self.inner.flag_type()
+
+
 def parse_flags(argv):
-  """absl flag parsing with one-line errors (exit 2) instead of tracebacks."""
+  """absl flag parsing with one-line errors (exit 2) instead of tracebacks. The config
+  file of `--config` is executed once: its config is checked for the `--config.x`
+  overrides, then becomes the flag's value."""
   debug = "--debug" in argv
   try:
     spec = _config_argument(argv)
     if spec is not None:
-      _check_overrides(load_config(spec), argv)
+      config = load_config(spec)
+      _check_overrides(config, argv)
+      if "config" in flags.FLAGS:
+        flag = flags.FLAGS["config"]
+        flag.parser = _LoadedConfig(getattr(flag.parser, "inner", flag.parser), spec, config)
     return flags.FLAGS(argv)
   except (ConfigError, flags.Error) as e:
     if debug:

@@ -15,56 +15,28 @@ tests.
 
 import ml_collections
 
-from configs import presets
+from configs import schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.distributed = False  # True: jax.distributed.initialize() with auto-detection
-
-  config.dataset = ml_collections.ConfigDict()
+  config = schema.classification()
   config.dataset.name = "digits"
-  config.dataset.data_dir = ""  # "": the TFDS default (~/tensorflow_datasets).
-  config.dataset.train_split = "train"
-  config.dataset.eval_split = "test"
   config.dataset.image_size = 32
   config.dataset.crop = "resize"
   config.dataset.shuffle_buffer = 2048
 
-  config.model = ml_collections.ConfigDict()
-  config.model.name = "attention_cnn"
-  config.model.attention = "softmax"
-  config.model.width = 32
-  config.model.heads = 4
-  config.model.dropout = 0.1
-  config.model.dtype = "float32"
+  config.model.update(name="attention_cnn", attention="softmax", width=32, heads=4, dropout=0.1,
+                      dtype="float32")
 
   config.batch_size = 64
   config.num_epochs = 30
-  config.num_train_steps = 0  # 0: derive from num_epochs.
   config.label_smoothing = 0.0
-
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "sgd"
-  config.optimizer.learning_rate = 0.1
-  config.optimizer.momentum = 0.9
-  config.optimizer.nesterov = True
-  config.optimizer.weight_decay = 5e-4
-  config.optimizer.grad_clip_norm = 0.0
-  config.optimizer.schedule = "cosine"
-  config.optimizer.warmup_epochs = 1.0
-
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.num_devices = -1  # All devices, data parallel.
-  config.mesh.param_sharding = "replicated"
+  config.optimizer.update(name="sgd", learning_rate=0.1, momentum=0.9, nesterov=True,
+                          weight_decay=5e-4, schedule="cosine", warmup_epochs=1.0)
 
   config.log_every_steps = 50
   config.eval_every_steps = 250
   config.checkpoint_every_steps = 250
-  config.first_checkpoint_secs = 180  # one early checkpoint after this much work
-  config.keep_checkpoints = 2
-  presets.run_options(config)
 
   if preset == "tiny":
     config.model.width = 8

@@ -64,3 +64,43 @@ def test_main_reports_a_bad_model_field_in_one_line_and_debug_shows_the_tracebac
   assert debug.returncode != 0 and "Traceback" in debug.stderr
   assert typed.returncode == 2 and typed.stderr.count("\n") == 1
   assert typed.stderr.startswith("error: flag --config.batch_size=abc:")
+
+
+def _counted_config(folder) -> tuple[pathlib.Path, pathlib.Path]:
+  """A config file that appends one 'x' to a counter file each time it is executed: the
+  default experiment's `:tiny` config on a dataset that does not exist (a run fails fast)."""
+  counter, path = folder / "executions", folder / "counted.py"
+  path.write_text(
+      "from configs import default\n"
+      f"with open({str(counter)!r}, 'a') as f:\n"
+      "  f.write('x')\n\n\n"
+      "def get_config(preset=None):\n"
+      "  config = default.get_config('tiny')\n"
+      "  config.dataset.name = preset or 'no_such_dataset'\n"
+      "  return config\n")
+  return path, counter
+
+
+def test_parse_flags_executes_the_config_file_once_and_applies_overrides(tmp_path):
+  path, counter = _counted_config(tmp_path)
+  script = ("import sys; from absl import flags; from ml_collections import config_flags; "
+            "from attention_lab import cli; "
+            "cli.define_once(config_flags.DEFINE_config_file, 'config', None, 'c'); "
+            "cli.parse_flags(sys.argv); c = flags.FLAGS.config; "
+            "print(c.dataset.name, c.batch_size, c.is_locked)")
+  result = subprocess.run([sys.executable, "-c", script, f"--config={path}:digits",
+                           "--config.batch_size=3"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.split() == ["digits", "3", "True"]
+  assert counter.read_text() == "x"
+
+
+def test_main_executes_the_config_file_once(tmp_path):
+  path, counter = _counted_config(tmp_path)
+  result = subprocess.run(
+      [sys.executable, "-m", "attention_lab.main", f"--config={path}",
+       f"--workdir={tmp_path / 'workdir'}", "--config.model.width=4"],
+      cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 2 and "no_such_dataset" in result.stderr, result.stderr
+  assert counter.read_text() == "x"

@@ -20,7 +20,7 @@ fine-tune from a whole trained model, e.g. configs/hamburger/voc_hamnet.py:train
 Padding follows the source (`model_options`, called where a task builds its
 model): torch-trained weights need the backbone's `padding="torch"`, which is
 chosen whenever `init_from` names a torch file and `config.model.padding` is
-absent or "auto"; an orbax checkpoint of ours, or a fresh start, keeps the
+"auto"; an orbax checkpoint of ours, or a fresh start, keeps the
 model's own padding ("same").
 """
 
@@ -75,13 +75,10 @@ def model_options(config) -> dict:
   """Model arguments that the weights of `config.init_from` fix, for the task to pass when it
   builds `config.model`: {"padding": "torch"} for a torch checkpoint, {"padding": "same"}
   otherwise, when `config.model.padding` is "auto"; {} when it names a padding itself
-  (an explicit choice wins) or is absent and there is no torch checkpoint."""
-  padding = config.model.get("padding", "auto")
-  if padding != "auto":
+  (an explicit choice wins)."""
+  if config.model.padding != "auto":
     return {}
-  if is_torch_checkpoint(config.get("init_from") or ""):
-    return {"padding": "torch"}
-  return {"padding": "same"} if "padding" in config.model else {}
+  return {"padding": "torch" if is_torch_checkpoint(config.init_from) else "same"}
 
 
 def _stem_hint(weights) -> str:

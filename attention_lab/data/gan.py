@@ -45,7 +45,7 @@ def check(config):
 
 
 def _image_dir(config) -> str:
-  return config.dataset.get("image_dir", "") if config.dataset.name == "celeb_a" else ""
+  return config.dataset.image_dir if config.dataset.name == "celeb_a" else ""
 
 
 def _celeba_files(image_dir: str, split: str) -> list[str]:

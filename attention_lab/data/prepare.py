@@ -49,15 +49,14 @@ class DownloadFailed(Exception):
 
 def dataset_configs(config) -> list[ml_collections.ConfigDict]:
   """config.dataset, then the datasets of the config files it starts from (depth first)."""
-  found = [config.dataset] if config.get("dataset") else []
-  specs = [config.get("init_from") or "", (config.get("eval") or {}).get("classifier_config")]
+  found = [config.dataset]
+  specs = [config.init_from, config.eval.classifier_config if config.task == "gan" else ""]
   for spec in specs:
     if spec and spec.partition(":")[0].endswith(".py"):
       found += dataset_configs(cli.load_config(spec, "init_from", root=str(REPO)))
   unique = {}
   for dataset in found:
-    key = (dataset.name, dataset.get("data_dir") or "", dataset.get("manual_dir") or "",
-           dataset.get("image_dir") or "")
+    key = (dataset.name, dataset.data_dir, dataset.manual_dir, dataset.image_dir)
     unique.setdefault(key, dataset)
   return list(unique.values())
 
@@ -93,9 +92,9 @@ def prepare(dataset) -> str:
   if spec is None:
     raise cli.ConfigError(f"dataset.name = {name!r}: no known way to prepare it (known: "
                           f"{', '.join(sorted(availability.SOURCES))})")
-  if name == "celeb_a" and dataset.get("image_dir"):
+  if name == "celeb_a" and dataset.image_dir:
     return _celeba_folder(dataset)
-  builder = availability.builder(name, dataset.get("data_dir"))
+  builder = availability.builder(name, dataset.data_dir)
   if not availability.is_prepared(builder):
     download_config = None
     if spec.how == "manual":
@@ -123,8 +122,12 @@ def _config_from_flags() -> ml_collections.ConfigDict:
     raise cli.ConfigError("give --config=CONFIG or --dataset=NAME (one of them)")
   if _CONFIG.value is not None:
     return _CONFIG.value
-  return ml_collections.ConfigDict({"dataset": {
-      "name": _DATASET.value, "data_dir": _DATA_DIR.value, "manual_dir": _MANUAL_DIR.value}})
+  # The fields of a config that dataset_configs and prepare read; no splits: all of them.
+  return ml_collections.ConfigDict({
+      "task": "", "init_from": "",
+      "dataset": {"name": _DATASET.value, "data_dir": _DATA_DIR.value,
+                  "manual_dir": _MANUAL_DIR.value, "image_dir": "", "train_split": "",
+                  "eval_split": ""}})
 
 
 def main(argv):

@@ -40,8 +40,8 @@ NAMES = ("restoration_photos", "synthetic_volumes/denoising", "synthetic_volumes
 
 
 def _builder(config) -> tfds.core.DatasetBuilder:
-  return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
-                              config.dataset.get("manual_dir"), supported=NAMES)
+  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                              config.dataset.manual_dir, supported=NAMES)
 
 
 def _crop_pair(example, patch, seed):
@@ -81,7 +81,7 @@ def _augment(x, y, seed):
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
   patch = tuple(config.dataset.patch_size)
-  augment = config.dataset.get("augment", False)
+  augment = config.dataset.augment
 
   def crop(example, seed):
     x, y = _crop_pair(example, patch, seed)
@@ -102,7 +102,7 @@ def eval_examples(config):
   Inputs are percentile-normalised when config.dataset.input_percentiles is set.
   """
   ds = _builder(config).as_dataset(split=config.dataset.eval_split, shuffle_files=False)
-  percentiles = config.dataset.get("input_percentiles")
+  percentiles = config.dataset.input_percentiles
   for index, example in enumerate(tfds.as_numpy(ds)):
     x = example["input"].astype(np.float32)
     if percentiles:

@@ -84,8 +84,8 @@ def dataset(name: str) -> Dataset:
 
 
 def _builder(config) -> tfds.core.DatasetBuilder:
-  return pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
-                              config.dataset.get("manual_dir"), supported=DATASETS)
+  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                              config.dataset.manual_dir, supported=DATASETS)
 
 
 def _label_table(name: str):
@@ -108,7 +108,7 @@ def decode(config, example):
   table = _label_table(config.dataset.name)
   if table is not None:
     label = tf.gather(table, label)
-  size = config.dataset.get("resize", 0)
+  size = config.dataset.resize
   if size:  # fixed-size inputs (digit scenes ×2): image bilinear, labels nearest
     image = tf.image.resize(image, (size, size), "bilinear")
     label = tf.image.resize(label, (size, size), "nearest")

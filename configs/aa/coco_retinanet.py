@@ -30,38 +30,36 @@ two on a 2-core CPU; it proves the configuration runs, not the paper's number.
 
 import ml_collections
 
-from configs.detection import default
+from configs import schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.get_config()
-  config.dataset.name = "coco/2017"
-  config.dataset.train_split = "train"
-  config.dataset.eval_split = "validation"
-  config.dataset.image_size = 640
-  config.dataset.scale_range = (0.8, 1.2)
-  config.dataset.flip = True
-  config.dataset.max_boxes = 100
-  config.dataset.eval_max_boxes = 100
-  config.dataset.min_box_size = 1.0
-  config.dataset.shuffle_buffer = 10_000
+  config = schema.detection()
+  d = config.dataset
+  d.name = "coco/2017"
+  d.train_split, d.eval_split = "train", "validation"
+  d.image_size = 640
+  d.scale_range = (0.8, 1.2)
+  d.flip = True
+  d.max_boxes = d.eval_max_boxes = 100
+  d.min_box_size = 1.0
+  d.shuffle_buffer = 10_000
 
-  config.model = ml_collections.ConfigDict(dict(
+  config.model.update(
       name="retinanet", backbone="resnet50", width=1.0, features=256, head_convs=4,
-      min_level=3, max_level=7, head_norm="batch", p6_input="p5", dtype="bfloat16"))
+      min_level=3, max_level=7, head_norm="batch", p6_input="p5", dtype="bfloat16")
   config.anchors.anchor_scale = 4.0
   config.eval.pre_nms_top_k = 1000
 
   config.batch_size = 64
   config.num_epochs = 150
-  config.optimizer = ml_collections.ConfigDict(dict(
+  config.optimizer.update(
       name="sgd", learning_rate=0.08, momentum=0.9, nesterov=False, weight_decay=4e-5,
       grad_clip_norm=0.0, schedule="step", decay_epochs=(130, 145), decay_factor=0.1,
-      warmup_epochs=1.0))
+      warmup_epochs=1.0)
   config.log_every_steps = 100
   config.eval_every_steps = 20_000
   config.checkpoint_every_steps = 2_000
-  config.eval.max_batches = 0
   if preset == "cpu":
     config.dataset.name = "digit_scenes"
     config.dataset.train_split, config.dataset.eval_split = "train", "test"

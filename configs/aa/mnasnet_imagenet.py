@@ -38,7 +38,7 @@ steps (tests).
 
 import ml_collections
 
-from configs import default, presets
+from configs import presets, schema
 
 ROWS = ("mnasnet_a1", "aa_mnasnet_a1")
 EPOCHS, WARMUP, DECAY_EVERY = 350, 5.0, 2.4
@@ -48,31 +48,31 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   row, size = presets.parse(preset, ROWS, default_row="aa_mnasnet_a1",
                             where="configs/aa/mnasnet_imagenet.py")
   augmented = row.startswith("aa_")
-  config = default.get_config()
-  config.dataset.name = "imagenet2012"
-  config.dataset.eval_split = "validation"
-  config.dataset.image_size = 224
-  config.dataset.crop = "inception"
-  config.dataset.shuffle_buffer = 16_384
-  config.model = ml_collections.ConfigDict(dict(
-      name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2, dtype="bfloat16"))
+  config = schema.classification()
+  d = config.dataset
+  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
+  d.image_size = 224
+  d.crop = "inception"
+  d.shuffle_buffer = 16_384
+  config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2,
+                      dtype="bfloat16")
   if augmented:
     config.model.heads = 4
   config.batch_size = 4096
   config.num_epochs = EPOCHS
   config.label_smoothing = 0.0
   decays = (EPOCHS - WARMUP) / DECAY_EVERY
-  config.optimizer = ml_collections.ConfigDict(dict(
+  config.optimizer.update(
       name="rmsprop", learning_rate=0.128 if augmented else 0.256, momentum=0.9,
       nesterov=False, weight_decay=1e-5, grad_clip_norm=0.0, schedule="exponential",
       decay_every_epochs=DECAY_EVERY,
-      decay_factor=0.97 * 2 ** (1 / decays) if augmented else 0.97, warmup_epochs=WARMUP))
+      decay_factor=0.97 * 2 ** (1 / decays) if augmented else 0.97, warmup_epochs=WARMUP)
   config.log_every_steps = 100
   config.eval_every_steps = 2_500
   config.checkpoint_every_steps = 2_500
   config.keep_checkpoints = 3
   if size in ("cpu", "tiny"):
-    presets.digits_cpu(config)
+    presets.digits_cpu(config, schema.optimizer())
     config.model.width = 0.25
     if augmented:
       config.model.heads = 2

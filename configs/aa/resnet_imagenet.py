@@ -48,7 +48,7 @@ stage (depth 10 / 14), 2 steps (tests).
 
 import ml_collections
 
-from configs import default, presets
+from configs import presets, schema
 
 DEPTHS = (34, 50, 101, 152)
 ROWS = tuple(f"{kind}resnet{d}" for d in DEPTHS for kind in ("", "se_", "aa_"))
@@ -58,14 +58,13 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   row, size = presets.parse(preset, ROWS, default_row="aa_resnet50",
                             where="configs/aa/resnet_imagenet.py")
   augmented = row.startswith("aa_")
-  config = default.get_config()
-  config.dataset.name = "imagenet2012"
-  config.dataset.eval_split = "validation"
-  config.dataset.image_size = 224
-  config.dataset.crop = "inception"
-  config.dataset.shuffle_buffer = 16_384
-  config.model = ml_collections.ConfigDict(dict(
-      name=row, width=1.0, image_size=224, in_channels=3, dtype="bfloat16"))
+  config = schema.classification()
+  d = config.dataset
+  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
+  d.image_size = 224
+  d.crop = "inception"
+  d.shuffle_buffer = 16_384
+  config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dtype="bfloat16")
   if augmented:
     kappa, upsilon = (0.25, 0.25) if row == "aa_resnet34" else (0.2, 0.1)
     config.model.update(kappa=kappa, upsilon=upsilon, heads=8, min_key_dims=20,
@@ -73,16 +72,16 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.batch_size = 1024 if augmented else 2048
   config.num_epochs = 100
   config.label_smoothing = 0.0
-  config.optimizer = ml_collections.ConfigDict(dict(
+  config.optimizer.update(
       name="sgd", learning_rate=0.128 * config.batch_size / 256, momentum=0.9, nesterov=False,
       weight_decay=1e-4, grad_clip_norm=0.0, schedule="step", decay_epochs=(30, 60, 80, 90),
-      decay_factor=0.1, warmup_epochs=5.0))
+      decay_factor=0.1, warmup_epochs=5.0)
   config.log_every_steps = 100
   config.eval_every_steps = 2_500
   config.checkpoint_every_steps = 2_500
   config.keep_checkpoints = 3
   if size in ("cpu", "tiny"):
-    presets.digits_cpu(config)
+    presets.digits_cpu(config, schema.optimizer())
     config.model.width = 0.125
     if augmented:
       config.model.heads, config.model.min_key_dims = 2, 4

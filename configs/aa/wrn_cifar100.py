@@ -32,7 +32,7 @@ same at depth 10 (one block per stage), 2 steps (tests).
 
 import ml_collections
 
-from configs import default, presets
+from configs import presets, schema
 
 ROWS = ("aa_wide_resnet28_10", "wide_resnet28_10", "se_wide_resnet28_10", "ge_wide_resnet28_10")
 
@@ -41,29 +41,27 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   row, size = presets.parse(preset, ROWS, default_row="aa_wide_resnet28_10",
                             where="configs/aa/wrn_cifar100.py")
   augmented = row.startswith("aa_")
-  config = default.get_config()
-  config.dataset.name = "cifar100"
-  config.dataset.eval_split = "test"
-  config.dataset.image_size = 32
-  config.dataset.shuffle_buffer = 50_000
-  config.model = ml_collections.ConfigDict(dict(
-      name=row, width=1.0, image_size=32, in_channels=3, dropout=0.0, dtype="float32"))
+  config = schema.classification()
+  d = config.dataset
+  d.name, d.train_split, d.eval_split = "cifar100", "train", "test"
+  d.image_size = 32
+  d.crop = "resize"
+  d.shuffle_buffer = 50_000
+  config.model.update(name=row, width=1.0, image_size=32, in_channels=3, dropout=0.0,
+                      dtype="float32")
   if augmented:
     config.model.heads, config.model.min_key_dims = 8, 20
   config.batch_size = 256 if augmented else 1024
   config.num_epochs = 500
-  config.optimizer.name = "sgd"
-  config.optimizer.learning_rate = 0.2 * config.batch_size / 256
-  config.optimizer.momentum = 0.9
-  config.optimizer.nesterov = False
-  config.optimizer.weight_decay = 5e-4 if augmented else 2e-4
-  config.optimizer.schedule = "cosine"
-  config.optimizer.warmup_epochs = 0.05 * config.num_epochs
+  config.optimizer.update(
+      name="sgd", learning_rate=0.2 * config.batch_size / 256, momentum=0.9, nesterov=False,
+      weight_decay=5e-4 if augmented else 2e-4, schedule="cosine",
+      warmup_epochs=0.05 * config.num_epochs)
   config.log_every_steps = 100
   config.eval_every_steps = 2_000
   config.checkpoint_every_steps = 2_000
   if size in ("cpu", "tiny"):
-    presets.digits_cpu(config, image_size=16)
+    presets.digits_cpu(config, schema.optimizer(), image_size=16)
     config.model.width = 0.1
     if augmented:
       config.model.heads, config.model.min_key_dims = 2, 4

@@ -26,85 +26,37 @@ batch 16), `:tiny` (a few steps at 32×32 for tests).
 
 import ml_collections
 
-from configs import presets
+from configs import schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.task = "detection"
-  config.seed = 0
-  config.distributed = False
-  config.init_from = ""  # A torchvision .pth or our classification checkpoint.
+  config = schema.detection()
+  d = config.dataset
+  d.name = "digit_scenes"
+  d.image_size = 64
+  d.scale_range = (0.75, 1.25)
+  d.flip = False
+  d.max_boxes = d.eval_max_boxes = 8  # scenes hold ≤ 4
+  d.min_box_size = 2.0
+  d.shuffle_buffer = 4000
 
-  config.dataset = ml_collections.ConfigDict()
-  config.dataset.name = "digit_scenes"
-  config.dataset.data_dir = ""
-  config.dataset.train_split = "train"
-  config.dataset.eval_split = "test"
-  config.dataset.image_size = 64
-  config.dataset.scale_range = (0.75, 1.25)  # Scale jitter of the longer side.
-  config.dataset.flip = False
-  config.dataset.max_boxes = 8  # Training boxes per image (scenes hold ≤ 4).
-  config.dataset.eval_max_boxes = 8
-  config.dataset.min_box_size = 2.0  # Pixels; smaller crop remnants are dropped.
-  config.dataset.shuffle_buffer = 4000
+  config.model.update(
+      name="retinanet", backbone="resnet",  # resnet | se_resnet | aa_resnet [+ depth]
+      depth=10, width=0.25, features=64, head_convs=4, head_norm="group",
+      heads=2, min_key_dims=8,  # AA backbone only
+      dtype="float32")
 
-  config.model = ml_collections.ConfigDict()
-  config.model.name = "retinanet"
-  config.model.backbone = "resnet"  # resnet | se_resnet | aa_resnet [+ depth]
-  config.model.depth = 10
-  config.model.width = 0.25
-  config.model.features = 64
-  config.model.head_convs = 4
-  config.model.head_norm = "group"
-  config.model.min_level = 3
-  config.model.max_level = 7
-  config.model.heads = 2  # AA backbone only.
-  config.model.min_key_dims = 8
-  config.model.dtype = "float32"
-
-  config.anchors = ml_collections.ConfigDict()
   config.anchors.anchor_scale = 2.0
-  config.anchors.scales_per_octave = 3
-  config.anchors.aspect_ratios = (0.5, 1.0, 2.0)
-
-  config.loss = ml_collections.ConfigDict()
-  config.loss.alpha = 0.25
-  config.loss.gamma = 2.0
-  config.loss.box_weight = 1.0
-  config.loss.smooth_l1_beta = 0.11
-  config.loss.positive_iou = 0.5
-  config.loss.negative_iou = 0.4
-
-  config.eval = ml_collections.ConfigDict()
-  config.eval.pre_nms_top_k = 100  # Per level; scenes hold ≤ 4 digits (COCO: 1000).
-  config.eval.score_threshold = 0.05
-  config.eval.iou_threshold = 0.5
-  config.eval.max_detections = 100
-  config.eval.max_batches = 0  # 0: the whole eval split.
+  config.eval.pre_nms_top_k = 100  # per level; scenes hold ≤ 4 digits (COCO: 1000)
 
   config.batch_size = 32
   config.num_epochs = 12
-  config.num_train_steps = 0  # 0: derive from num_epochs.
-
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adamw"
-  config.optimizer.learning_rate = 2e-3
-  config.optimizer.weight_decay = 1e-4
-  config.optimizer.grad_clip_norm = 1.0
-  config.optimizer.schedule = "cosine"
-  config.optimizer.warmup_epochs = 0.5
-
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.num_devices = -1
-  config.mesh.param_sharding = "replicated"
+  config.optimizer.update(name="adamw", learning_rate=2e-3, weight_decay=1e-4, grad_clip_norm=1.0,
+                          schedule="cosine", warmup_epochs=0.5)
 
   config.log_every_steps = 50
   config.eval_every_steps = 750
   config.checkpoint_every_steps = 500
-  config.keep_checkpoints = 2
-  presets.run_options(config)
-  config.num_summary_images = 4
 
   if preset == "cpu":
     config.batch_size = 16

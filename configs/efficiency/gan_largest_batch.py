@@ -2,7 +2,7 @@
 
   python -m experiments.efficiency --config=configs/efficiency/gan_largest_batch.py
 
-The training iteration of configs/efficiency/isa_tables.py, compiled (never run) at doubling
+The training iteration of configs/efficiency/isa_tables.py (configs/efficiency/gan.py), compiled (never run) at doubling
 batches: for the paper's GTX 1080 Ti (XLA:GPU for attention_lab/gpu_targets/gtx_1080_ti.txtpb;
 needs JAX's CUDA plugin, `pip install -e '.[gpu]'`, no GPU) at the paper's 64² (width 16) and at
 SAGAN's ImageNet 128² (width 64), and on XLA:CPU within 11 GiB at 128². Paper (GTX 1080 Ti,
@@ -12,11 +12,11 @@ Hardware/runtime: about 10 minutes on a 2-core CPU. `:tiny` (XLA:CPU only) in se
 
 import ml_collections
 
-from configs.efficiency import isa_tables
+from configs.efficiency import gan
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = isa_tables.get_config(preset)
+  config = gan.measurement(preset)
   config.table = "gan_largest_batch"
   config.title = "Refined-SA Table 3: largest GAN training batch within a memory budget"
   config.timed = False  # the searches only

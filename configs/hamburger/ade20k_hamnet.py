@@ -29,11 +29,11 @@ Presets: `:cpu` (digit scenes with the auxiliary head), `:tiny` (tests).
 
 import ml_collections
 
-from configs.hamburger import voc_hamnet
+from configs.hamburger import hamnet
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = voc_hamnet.get_config()  # batch 16, scale 0.5-2.0, flip: as on VOC
+  config = hamnet.recipe()  # batch 16, scale 0.5-2.0, flip: as on VOC
   d = config.dataset
   d.name = "ade20k_challenge"
   d.train_split, d.eval_split = "train", "validation"
@@ -48,5 +48,5 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_steps = config.checkpoint_every_steps = 16_000
 
   if preset:
-    voc_hamnet.cpu_or_tiny(config, preset, "configs/hamburger/ade20k_hamnet.py")
+    hamnet.cpu_or_tiny(config, preset, "configs/hamburger/ade20k_hamnet.py")
   return config

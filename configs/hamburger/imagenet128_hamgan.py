@@ -29,12 +29,11 @@ conditional, a few hundred steps) and `:tiny` (two steps, for tests).
 
 import ml_collections
 
-from configs.gan import default
-from configs.isa import cifar10
+from configs import presets, schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.base()
+  config = schema.gan()
   config.dataset.name = "imagenet2012"
   config.dataset.image_size = 128
   config.dataset.shuffle_buffer = 16_384
@@ -47,4 +46,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   if preset == "strong":
     config.batch_size = 1024
     return config
-  return cifar10.cpu_presets(config, preset, __name__)
+  if preset not in (None, "", "cpu", "tiny"):
+    raise ValueError(f"unknown preset {preset!r} for configs/hamburger/imagenet128_hamgan.py; expected "
+                     "'strong', 'cpu' or 'tiny'")
+  return presets.gan_digits(config, preset)

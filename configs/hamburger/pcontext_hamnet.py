@@ -29,11 +29,11 @@ Presets: `:cpu` (digit scenes, the CPU sizes of configs/segmentation/default.py)
 
 import ml_collections
 
-from configs.hamburger import voc_hamnet
+from configs.hamburger import hamnet
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = voc_hamnet.get_config()  # crop 513, batch 16, weight decay 1e-4: as on VOC
+  config = hamnet.recipe()  # crop 513, batch 16, weight decay 1e-4: as on VOC
   config.dataset.name = "pascal_context"
   config.dataset.train_split, config.dataset.eval_split = "train", "val"
   config.num_train_steps = 25_000
@@ -41,5 +41,5 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.eval_every_steps = config.checkpoint_every_steps = 2500
 
   if preset:
-    voc_hamnet.cpu_or_tiny(config, preset, "configs/hamburger/pcontext_hamnet.py")
+    hamnet.cpu_or_tiny(config, preset, "configs/hamburger/pcontext_hamnet.py")
   return config

@@ -75,70 +75,29 @@ sizes of configs/segmentation/default.py), `:tiny` (tests).
 
 import ml_collections
 
-from configs.segmentation import default
+from configs.hamburger import hamnet
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.get_config()
+  config = hamnet.recipe()
   d = config.dataset
   d.name, d.manual_dir = "voc_segmentation", ""
   d.train_split, d.eval_split = "train_aug", "val"
-  d.resize = 0
-  d.crop_size, d.eval_size = 513, 513
-  d.scale_min, d.scale_max, d.flip = 0.5, 2.0, True
-  d.shuffle_buffer = 2048
-
-  m = config.model
-  m.name = "hamnet"
-  m.depth, m.width, m.output_stride = 101, 1.0, 8
-  m.stem, m.stem_widths, m.multi_grid = "deep", (64, 64, 128), (1, 2, 4)
-  m.padding = "auto"  # "torch" when init_from is a torch .pth, else "same"
-  m.channels, m.rank = 512, 64
-  m.ham = "nmf"
-  m.ham_options = ml_collections.ConfigDict({
-      "init": "random", "gradient": "one_step", "train_steps": 6, "eval_steps": 7,
-      "dim": 512, "temperature": 0.01, "without": ()})  # dim: d (× width, as channels)
-  m.align_channels, m.dropout = 256, 0.1
-  config.init_from = ""  # --config.init_from=<resnet101-2a57e44d.pth> (see above)
-  config.init_scope = "backbone"  # what init_from fills: "backbone" or the whole "model"
-  for key in ("head", "rates", "heads", "attention_features", "classifier_kernel"):
-    del m[key]
-
-  config.batch_size = 16
   config.num_train_steps = 60_000
-  o = config.optimizer
-  o.name, o.learning_rate, o.momentum = "sgd", 9e-3, 0.9
-  o.weight_decay, o.decay_params, o.head_lr_multiplier = 1e-4, "conv_kernels", 1.0
-  o.schedule, o.power = "poly", 0.9
-  config.log_every_steps = 100
   config.eval_every_steps = config.checkpoint_every_steps = 5000
 
   if preset == "ablation":
+    m = config.model
     m.depth, m.output_stride, m.multi_grid = 50, 16, (1,)
     config.batch_size, config.num_train_steps = 12, 30_000
   elif preset == "trainval":
     d.train_split = "train+val"  # VOC2012 trainval: TFDS reads the two splits as one
     config.num_train_steps = 20_000
-    o.learning_rate = 9e-4
+    config.optimizer.learning_rate = 9e-4
     config.eval.scales, config.eval.flip = (0.5, 0.75, 1.0, 1.25, 1.5, 1.75), True
     config.init_scope = "model"  # --config.init_from=<the train_aug run's workdir>
-    m.padding = "torch"  # that run's: its init_from is a torch .pth
+    config.model.padding = "torch"  # that run's: its init_from is a torch .pth
   elif preset:
-    cpu_or_tiny(config, preset, "configs/hamburger/voc_hamnet.py", others=("ablation", "trainval"))
-  return config
-
-
-def cpu_or_tiny(config: ml_collections.ConfigDict, preset: str, path: str,
-                others: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
-  """A HamNet config's `:cpu` (digit scenes, the CPU sizes of configs/segmentation/default.py)
-  or `:tiny` (tests) preset, with the standard stem and one grid; ValueError naming the
-  presets of `path` (`others` and these two) for any other."""
-  if preset == "cpu":
-    default.digit_scenes(config)
-  elif preset == "tiny":
-    default.tiny(config)
-  else:
-    expected = ", ".join(repr(p) for p in (*others, "cpu")) + " or 'tiny'"
-    raise ValueError(f"unknown preset {preset!r} for {path}; expected {expected}")
-  config.model.stem, config.model.multi_grid = "standard", (1,)
+    hamnet.cpu_or_tiny(config, preset, "configs/hamburger/voc_hamnet.py",
+                       others=("ablation", "trainval"))
   return config

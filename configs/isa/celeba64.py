@@ -20,12 +20,11 @@ hundred steps on a CPU) and `:tiny` (two steps, for tests).
 
 import ml_collections
 
-from configs.gan import default
-from configs.isa import cifar10
+from configs import presets, schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.base()
+  config = schema.gan()
   config.dataset.name = "celeb_a"
   config.dataset.image_size = 64
   config.eval.real_split = "train"
@@ -35,4 +34,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.batch_size = 64
   config.num_train_steps = 100_000
   config.eval_every_steps = 10_000
-  return cifar10.cpu_presets(config, preset, __name__)
+  if preset not in (None, "", "cpu", "tiny"):
+    raise ValueError(f"unknown preset {preset!r} for configs/isa/celeba64.py; expected "
+                     "'cpu' or 'tiny'")
+  return presets.gan_digits(config, preset)

@@ -23,11 +23,11 @@ Presets: `:cpu` — the same recipe at width 4 on the embedded digits at 32×32
 
 import ml_collections
 
-from configs.gan import default
+from configs import presets, schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.base()
+  config = schema.gan()
   config.dataset.name = "cifar10"
   config.dataset.image_size = 64
   config.conditional = False
@@ -36,34 +36,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.batch_size = 64
   config.num_train_steps = 100_000
   config.eval_every_steps = 10_000
-  return cpu_presets(config, preset, __name__)
-
-
-def cpu_presets(config, preset, name):
-  """`:cpu` / `:tiny`: the config's model and recipe on the embedded digits at 32×32."""
-  if preset in ("cpu", "tiny"):
-    config.dataset.name = "digits"
-    config.dataset.image_size = 32
-    config.model.width = 4
-    config.batch_size = 32
-    config.num_train_steps = 300
-    config.eval_every_steps = 300
-    config.eval.features = "digits"
-    config.eval.classifier_workdir = "workdirs/default"
-    config.eval.num_samples = 1000
-    config.eval.num_kid_real = 1497
-    config.eval.batch_size = 500
-    config.log_every_steps = 50
-    config.checkpoint_every_steps = 300
-  if preset == "tiny":
-    config.model.width = 1
-    config.model.latent_dim = 8
-    config.batch_size = 8
-    config.num_train_steps = 2
-    config.eval_every_steps = 2
-    config.log_every_steps = 1
-    config.eval.features = "none"
-    config.eval.grid_rows = 2
-  elif preset not in (None, "", "cpu", "tiny"):
-    raise ValueError(f"unknown preset {preset!r} for {name}; expected 'cpu' or 'tiny'")
-  return config
+  if preset not in (None, "", "cpu", "tiny"):
+    raise ValueError(f"unknown preset {preset!r} for configs/isa/cifar10.py; expected "
+                     "'cpu' or 'tiny'")
+  return presets.gan_digits(config, preset)

@@ -21,7 +21,7 @@ CPU-seconds, about 1-1.5 min wall on a quiet 2-core CPU).
 import ml_collections
 
 from configs import presets
-from configs.sanet import imagenet as sanet_imagenet
+from configs.sanet import imagenet as sao
 
 BATCH_SIZE = 512  # KAO appendix: "8 TITAN Xp GPUs and a batch size of 512"
 
@@ -30,8 +30,8 @@ ROWS = ("kanet_kv", "kanet_qkv", "mobilenet_v2", "attnnet", "attnnet_pool", "mob
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  where = "configs/kanet/imagenet.py"
-  config = sanet_imagenet.get_config(preset, rows=ROWS, default_row="kanet_kv", where=where)
-  if presets.parse(preset, ROWS, default_row="kanet_kv", where=where)[1] is None:
+  row, size = presets.parse(preset, ROWS, default_row="kanet_kv", where="configs/kanet/imagenet.py")
+  config = sao.recipe(row, size)
+  if size is None:
     config.batch_size = BATCH_SIZE  # the `:cpu` / `:tiny` sizes keep their own batch
   return config

@@ -34,11 +34,11 @@ default.py's CPU sizes, a few minutes); `:tiny` — a few steps for tests.
 
 import ml_collections
 
-from configs.segmentation import default
+from configs import presets, schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = default.get_config()
+  config = schema.segmentation()
   d = config.dataset
   d.name, d.manual_dir = "voc_segmentation", ""
   d.train_split, d.eval_split = "train_aug", "val"
@@ -47,33 +47,28 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.scale_min, d.scale_max, d.flip = 0.5, 1.5, True
   d.shuffle_buffer = 2048
 
-  m = config.model
-  m.name = "deeplab_v2"
-  m.head = "aspp"
-  m.depth, m.width, m.output_stride = 101, 1.0, 8
-  m.rates = (6, 12, 18, 24)
-  m.heads, m.attention_features = 4, 512
-  m.classifier_kernel = 1  # the attention replaces ASPP as the output layer: 1×1 classifier
-  m.stem, m.multi_grid = "standard", (1,)
-  m.padding = "auto"  # "torch" when init_from is a torch .pth, else "same"
-  for key in ("channels", "rank", "align_channels", "dropout"):
-    del m[key]
+  config.model.update(
+      name="deeplab_v2", head="aspp", depth=101, width=1.0, output_stride=8,
+      rates=(6, 12, 18, 24), heads=4, attention_features=512,
+      classifier_kernel=1,  # the attention replaces ASPP as the output layer: 1×1 classifier
+      stem="standard", multi_grid=(1,),
+      padding="auto",  # "torch" when init_from is a torch .pth, else "same"
+      dtype="float32")
   config.init_from = ""  # --config.init_from=<resnet101-63fe2227.pth> (see above)
 
   config.eval.scales, config.eval.flip = (1.0,), False  # KAO: single scale, no CRF
   config.batch_size = 8  # KAO appendix (DeepLabV2 itself: 10)
   config.num_train_steps = 25_000  # KAO appendix (DeepLabV2 itself: 20k)
-  o = config.optimizer
-  o.name, o.learning_rate, o.momentum = "sgd", 2.5e-4, 0.9
-  o.weight_decay, o.decay_params, o.head_lr_multiplier = 5e-4, "kernels", 10.0
-  o.schedule, o.power = "poly", 0.9
+  config.optimizer.update(
+      name="sgd", learning_rate=2.5e-4, momentum=0.9, nesterov=False, weight_decay=5e-4,
+      decay_params="kernels", head_lr_multiplier=10.0, schedule="poly", power=0.9)
   config.log_every_steps = 100
   config.eval_every_steps = config.checkpoint_every_steps = 2000
 
   if preset == "cpu":
-    default.digit_scenes(config)
+    presets.digit_scenes(config)
   elif preset == "tiny":
-    default.tiny(config)
+    presets.digit_scenes_tiny(config)
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/kanet/voc_deeplab.py; "
                      "expected 'cpu' or 'tiny'")

@@ -32,67 +32,34 @@ steps at tiny width, for tests).
 
 import ml_collections
 
-from configs import presets
+from configs import schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.task = "restoration"
-  config.seed = 0
-  config.distributed = False
+  config = schema.restoration()
+  d = config.dataset
+  d.name = "restoration_photos"
+  d.patch_size = (32, 32)
+  d.augment = True
+  d.input_percentiles = ()  # photos are already in [0, 1]
+  d.shuffle_buffer = 64
 
-  config.dataset = ml_collections.ConfigDict()
-  config.dataset.name = "restoration_photos"
-  config.dataset.data_dir = ""  # "": the TFDS default (~/tensorflow_datasets).
-  config.dataset.manual_dir = ""
-  config.dataset.channels = 0  # 0: from the data (CARE stores them per file)
-  config.dataset.train_split = "train"
-  config.dataset.eval_split = "test"
-  config.dataset.patch_size = (32, 32)
-  config.dataset.augment = True
-  config.dataset.input_percentiles = ()  # photos are already in [0, 1]
-  config.dataset.shuffle_buffer = 64
-
-  config.model = ml_collections.ConfigDict()
-  config.model.name = "unet2d"
-  config.model.attention = "softmax"
-  config.model.features = 16
-  config.model.depth = 3
-  config.model.heads = 4
-  config.model.attention_kwargs = ml_collections.ConfigDict({"query_chunk_size": 1024})
-  config.model.dtype = "float32"
+  config.model.update(name="unet2d", attention="softmax", features=16, depth=3, heads=4,
+                      attention_kwargs=ml_collections.ConfigDict({"query_chunk_size": 1024}),
+                      dtype="float32")
 
   config.loss = "mae"
   config.batch_size = 16
-  config.num_epochs = 0
   config.num_train_steps = 300
+  config.optimizer.update(name="adam", learning_rate=1e-3, b1=0.9, b2=0.999, schedule="cosine")
 
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adam"
-  config.optimizer.learning_rate = 1e-3
-  config.optimizer.b1 = 0.9
-  config.optimizer.b2 = 0.999
-  config.optimizer.schedule = "cosine"
-  config.optimizer.warmup_epochs = 0.0
-
-  config.eval = ml_collections.ConfigDict()
   config.eval.protocol = "plain"
-  config.eval.data_range = 1.0
-  config.eval.percentiles = (0.1, 99.9)
   config.eval.tile_size = (48, 48)
   config.eval.tile_overlap = (8, 8)
-  config.eval.max_examples = 0  # 0: every eval image
-  config.eval.crop_size = ()  # (): whole images; else a centre crop (quick checks)
-
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.num_devices = -1  # All devices, data parallel.
-  config.mesh.param_sharding = "replicated"
 
   config.log_every_steps = 50
   config.eval_every_steps = 300
   config.checkpoint_every_steps = 150
-  config.keep_checkpoints = 2
-  presets.run_options(config)
 
   if preset == "cpu":
     config.eval.crop_size = (128, 128)

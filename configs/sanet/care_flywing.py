@@ -35,11 +35,11 @@ noise; not Flywing); `:tiny`: a few steps for tests.
 
 import ml_collections
 
-from configs.sanet import care_planaria
+from configs.sanet import care
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = care_planaria.get_config(preset, dataset="care/flywing", epochs=100)
+  config = care.recipe(preset, dataset="care/flywing", epochs=100)
   config.model.name = "unet_projection"
   config.model.proj_depth = 4
   config.model.proj_features = 8

@@ -42,60 +42,8 @@ noise; not Planaria) to check the whole pipeline in a minute or two;
 
 import ml_collections
 
-from configs.restoration import default
+from configs.sanet import care
 
 
-def get_config(preset: str | None = None, *, dataset: str = "care/planaria",
-               epochs: int = 200) -> ml_collections.ConfigDict:
-  config = default.get_config()
-  config.dataset.name = dataset
-  config.dataset.eval_split = "test_condition_1"
-  config.dataset.patch_size = (16, 64, 64)
-  config.dataset.augment = False  # CARE trains on its patches as they are
-  config.dataset.input_percentiles = (1.0, 99.8)
-  config.dataset.channels = 1  # every CARE dataset is one channel
-  config.dataset.shuffle_buffer = 4096
-  config.model = ml_collections.ConfigDict(dict(
-      name="unet3d", attention="siamese", features=32, depth=3, heads=4,
-      attention_kwargs=ml_collections.ConfigDict({"query_chunk_size": 256}), dtype="float32"))
-  config.loss = "mae"
-  config.batch_size = 16
-  config.num_epochs = epochs
-  config.num_train_steps = 0  # from num_epochs
-  config.optimizer.name = "adam"
-  config.optimizer.learning_rate = 4e-4
-  config.optimizer.schedule = "constant"
-  config.eval.protocol = "care"
-  config.eval.percentiles = (0.1, 99.9)
-  config.eval.tile_size = (32, 128, 128)
-  config.eval.tile_overlap = (8, 32, 32)
-  config.eval.max_examples = 0
-  config.log_every_steps = 100
-  config.eval_every_steps = 20_000
-  config.checkpoint_every_steps = 2_000
-  config.keep_checkpoints = 3
-  if preset in ("cpu", "tiny"):
-    config.dataset.name = "synthetic_volumes/denoising"
-    config.dataset.eval_split = "test"
-    config.dataset.input_percentiles = ()
-    config.dataset.augment = True
-    config.dataset.shuffle_buffer = 16
-    config.dataset.patch_size = (8, 24, 24)
-    config.model.features = 8
-    config.batch_size = 8
-    config.num_train_steps = 60
-    config.optimizer.learning_rate = 1e-3
-    config.eval.tile_size = (8, 32, 32)
-    config.eval.tile_overlap = (0, 8, 8)
-    config.eval.max_examples = 1
-    config.eval.crop_size = (8, 48, 48)
-    config.log_every_steps = 10
-    config.eval_every_steps = config.checkpoint_every_steps = 60
-    if preset == "tiny":
-      config.model.features = 4
-      config.dataset.patch_size = (4, 16, 16)
-      config.num_train_steps = 2
-      config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2
-  elif preset:
-    raise ValueError(f"unknown preset {preset!r}; expected 'cpu' or 'tiny'")
-  return config
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+  return care.recipe(preset, dataset="care/planaria", epochs=200)

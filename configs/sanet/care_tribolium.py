@@ -20,8 +20,8 @@ Presets: `:cpu` / `:tiny` as care_planaria (SYNTHETIC volumes, not Tribolium).
 
 import ml_collections
 
-from configs.sanet import care_planaria
+from configs.sanet import care
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  return care_planaria.get_config(preset, dataset="care/tribolium", epochs=200)
+  return care.recipe(preset, dataset="care/tribolium", epochs=200)

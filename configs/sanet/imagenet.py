@@ -32,40 +32,39 @@ statistics need many epochs).
 
 import ml_collections
 
-from configs import default, presets
+from configs import presets, schema
 
 ROWS = ("sanet", "mobilenet_v2", "senet", "attnnet", "attnnet_pool", "attnnet_mean",
         "sanet_no_sao", "sanet_no_global", "mobilenet_v2_sao", "sanet_ones_w")
 
 
-def get_config(preset: str | None = None, *, rows=ROWS, default_row: str = "sanet",
-               where: str = "configs/sanet/imagenet.py") -> ml_collections.ConfigDict:
-  row, size = presets.parse(preset, rows, default_row=default_row, where=where)
-  config = default.get_config()
-  config.dataset.name = "imagenet2012"
-  config.dataset.eval_split = "validation"
-  config.dataset.image_size = 224
-  config.dataset.crop = "resize"
-  config.dataset.shuffle_buffer = 16_384
-  config.model = ml_collections.ConfigDict(dict(
-      name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2, dtype="float32"))
+def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
+  row, size = presets.parse(preset, ROWS, default_row="sanet", where="configs/sanet/imagenet.py")
+  return recipe(row, size)
+
+
+def recipe(row: str, size: str | None) -> ml_collections.ConfigDict:
+  """The SAO appendix's ImageNet recipe for the network `row`, or its `size` preset ("cpu",
+  "tiny"); the KAO paper trains its KANets with it too (configs/kanet/imagenet.py)."""
+  config = schema.classification()
+  d = config.dataset
+  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
+  d.image_size = 224
+  d.crop = "resize"
+  d.shuffle_buffer = 16_384
+  config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2,
+                      dtype="float32")
   config.batch_size = 640
   config.num_epochs = 150
-  config.optimizer.name = "sgd"
-  config.optimizer.learning_rate = 0.1
-  config.optimizer.momentum = 0.9
-  config.optimizer.nesterov = False
-  config.optimizer.weight_decay = 4e-5
-  config.optimizer.schedule = "step"
-  config.optimizer.decay_epochs = (80, 105, 120)
-  config.optimizer.decay_factor = 0.1
-  config.optimizer.warmup_epochs = 0.0
+  config.optimizer.update(
+      name="sgd", learning_rate=0.1, momentum=0.9, nesterov=False, weight_decay=4e-5,
+      schedule="step", decay_epochs=(80, 105, 120), decay_factor=0.1, warmup_epochs=0.0)
   config.log_every_steps = 100
   config.eval_every_steps = 5_000
   config.checkpoint_every_steps = 2_000
   config.keep_checkpoints = 3
   if size in ("cpu", "tiny"):
-    presets.digits_cpu(config)
+    presets.digits_cpu(config, schema.optimizer())
     config.model.width = 0.25
     if size == "tiny":
       presets.tiny(config)

@@ -43,84 +43,40 @@ for tests).
 
 import ml_collections
 
-from configs import presets
+from configs import presets, schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.task = "segmentation"
-  config.seed = 0
-  config.distributed = False
-  # A classification config trained first (our "ImageNet"), a torchvision ResNet .pth or a
-  # classification checkpoint; "" for random initial weights.
+  config = schema.segmentation()
   config.init_from = "configs/segmentation/digits_backbone.py"
 
-  config.dataset = ml_collections.ConfigDict()
-  config.dataset.name = "digit_scenes"
-  config.dataset.data_dir = ""
-  config.dataset.manual_dir = ""
-  config.dataset.train_split = "train"
-  config.dataset.eval_split = "test"
-  config.dataset.resize = 128  # digit scenes only: 64 → 128 before augmentation
-  config.dataset.crop_size = 128
-  config.dataset.eval_size = 128
-  config.dataset.scale_min = 0.75
-  config.dataset.scale_max = 2.0
-  config.dataset.flip = False
-  config.dataset.shuffle_buffer = 4000
+  d = config.dataset
+  d.name = "digit_scenes"
+  d.resize = 128  # 64 → 128 before augmentation
+  d.crop_size = d.eval_size = 128
+  d.scale_min, d.scale_max, d.flip = 0.75, 2.0, False
+  d.shuffle_buffer = 4000
 
-  config.model = ml_collections.ConfigDict()
-  config.model.name = "segmenter"
-  config.model.head = "aspp"
-  config.model.depth = 14
-  config.model.width = 0.125
-  config.model.output_stride = 8
-  config.model.rates = (1, 2, 3, 4)  # ASPP rates for 16×16 features
-  config.model.heads = 4
-  config.model.attention_features = 512  # × width
-  config.model.classifier_kernel = 3  # attention heads: 3×3 classifier on [f; attention]
-  config.model.channels = 512  # × width: HamNet's C = d
-  config.model.rank = 8
-  config.model.align_channels = 512  # × width; HamNet: 256
-  config.model.dropout = 0.0  # HamNet: 0.1
-  config.model.stem = "standard"
-  config.model.multi_grid = (1,)
-  config.model.dtype = "float32"
-  config.aux_loss_weight = 0.0
+  config.model.update(
+      name="segmenter", head="aspp", depth=14, width=0.125, output_stride=8,
+      rates=(1, 2, 3, 4),  # ASPP rates for 16×16 features
+      heads=4, attention_features=512,  # × width
+      classifier_kernel=3,  # attention heads: 3×3 classifier on [f; attention]
+      channels=512,  # × width: HamNet's C = d
+      rank=8,
+      align_channels=512,  # × width; HamNet: 256
+      dropout=0.0,  # HamNet: 0.1
+      stem="standard", multi_grid=(1,), dtype="float32")
 
-  config.eval = ml_collections.ConfigDict()
   config.eval.scales = (1.0, 1.5, 2.0)  # stride-8 logits: finer scales add detail
-  config.eval.flip = False
-  config.eval.window = 0
-  config.eval.stride = 0
-  config.num_summary_images = 4
-
   config.batch_size = 8
-  config.num_epochs = 0
   config.num_train_steps = 6500
-
-  config.optimizer = ml_collections.ConfigDict()
-  config.optimizer.name = "adamw"
-  config.optimizer.learning_rate = 3e-3
-  config.optimizer.momentum = 0.9
-  config.optimizer.nesterov = False
-  config.optimizer.weight_decay = 1e-4
-  config.optimizer.decay_params = "conv_kernels"
-  config.optimizer.head_lr_multiplier = 1.0
-  config.optimizer.grad_clip_norm = 0.0
-  config.optimizer.schedule = "poly"
-  config.optimizer.power = 0.9
-  config.optimizer.warmup_epochs = 0.0
-
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.num_devices = -1
-  config.mesh.param_sharding = "replicated"
+  config.optimizer.update(name="adamw", learning_rate=3e-3, weight_decay=1e-4,
+                          decay_params="conv_kernels", schedule="poly", power=0.9)
 
   config.log_every_steps = 50
   config.eval_every_steps = 6500  # only at the end: each evaluation costs ~12 s
   config.checkpoint_every_steps = 500
-  config.keep_checkpoints = 2
-  presets.run_options(config)
 
   if preset == "cpu":
     config.init_from = "configs/segmentation/digits_backbone.py:cpu"
@@ -129,52 +85,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_steps = 400
     config.checkpoint_every_steps = 400
   elif preset == "tiny":
-    tiny(config)
+    presets.digit_scenes_tiny(config)
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for configs/segmentation/default.py; "
                      "expected 'cpu' or 'tiny'")
-  return config
-
-
-def digit_scenes(config: ml_collections.ConfigDict, steps: int = 300) -> ml_collections.ConfigDict:
-  """Shrinks a paper config to the CPU: digit scenes ×2, a width-1/8 depth-14 backbone, `steps`
-  steps (the `:cpu` preset of every segmentation paper config; the paper's head and recipe
-  otherwise kept)."""
-  d = config.dataset
-  d.name, d.data_dir, d.manual_dir = "digit_scenes", "", ""
-  d.train_split, d.eval_split = "train", "test"
-  d.resize = d.crop_size = d.eval_size = 128
-  d.scale_min, d.scale_max, d.flip = 0.75, 2.0, False
-  d.shuffle_buffer = 4000
-  m = config.model
-  m.depth, m.width = 14, 0.125
-  if m.name == "deeplab_v2" and m.get("head", "aspp") == "aspp":
-    m.rates = (1, 2, 3, 4)  # 16×16 features
-  if "rank" in m:
-    m.rank = 8
-  config.init_from = ""
-  config.eval.scales, config.eval.flip, config.eval.window = (1.0,), False, 0
-  config.batch_size = 16
-  config.num_epochs, config.num_train_steps = 0, steps
-  # The paper recipes' SGD learns too slowly for a minutes-long CPU check; AdamW as default.py.
-  config.optimizer.name, config.optimizer.learning_rate = "adamw", 3e-3
-  config.optimizer.weight_decay, config.optimizer.head_lr_multiplier = 1e-4, 1.0
-  config.log_every_steps = 20
-  config.eval_every_steps = config.checkpoint_every_steps = steps
-  return config
-
-
-def tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """A few-step test run: digit scenes at 64², width 1/16."""
-  digit_scenes(config, steps=2)
-  config.model.width = 0.0625
-  if "rank" in config.model:
-    config.model.rank = 4
-  if "heads" in config.model:
-    config.model.heads = 2
-  config.batch_size = 8
-  config.dataset.resize = config.dataset.eval_size = 64
-  config.dataset.crop_size = 48
-  config.log_every_steps = 1
-  config.num_summary_images = 2
   return config

@@ -20,28 +20,29 @@ steps, for tests).
 
 import ml_collections
 
-import configs.default
-from configs.segmentation import default as segmentation
+from configs import schema
 
 
 def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
-  config = configs.default.get_config()
-  config.task = "classification"
+  config = schema.classification()
+  config.dataset.name = "digits"
   config.dataset.image_size = 48
+  config.dataset.crop = "resize"
   config.dataset.channels = 3  # the scenes are RGB
-  backbone = segmentation.get_config().model
-  config.model = ml_collections.ConfigDict({
-      "name": "resnet", "depth": backbone.depth, "width": backbone.width,
-      "stem": backbone.stem, "dtype": "float32"})
-  config.optimizer.name = "adamw"
-  config.optimizer.learning_rate = 3e-3
-  config.optimizer.weight_decay = 1e-4
+  config.dataset.shuffle_buffer = 2048
+  # configs/segmentation/default.py's backbone (tests/train/test_segmentation_configs.py).
+  config.model.update(name="resnet", depth=14, width=0.125, stem="standard", dtype="float32")
+  config.batch_size = 64
   config.num_epochs = 30
+  config.optimizer.update(name="adamw", learning_rate=3e-3, momentum=0.9, nesterov=True,
+                          weight_decay=1e-4, schedule="cosine", warmup_epochs=1.0)
+  config.log_every_steps = 50
   config.eval_every_steps = 500
+  config.checkpoint_every_steps = 250
   if preset == "cpu":  # for the segmentation `:cpu` preset
     config.num_epochs = 5
   elif preset == "tiny":
-    config.model.width = segmentation.get_config("tiny").model.width
+    config.model.width = 0.0625  # the segmentation `:tiny` width
     config.batch_size = 16
     config.num_epochs, config.num_train_steps = 0, 2
     config.log_every_steps = config.eval_every_steps = config.checkpoint_every_steps = 2

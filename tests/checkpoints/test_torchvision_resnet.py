@@ -98,16 +98,14 @@ def test_torch_checkpoints_choose_torch_padding(checkpoint, tmp_path):
   """The tasks build their model with model_options(config): torch files get torch padding;
   an orbax checkpoint, a config file or no init_from keep 'same'; an explicit padding wins."""
   _, path = checkpoint
-  config = lambda init_from, **model: ml_collections.ConfigDict(
-      {"init_from": init_from, "model": {"name": "hamnet", **model}})
+  config = lambda init_from, padding="auto": ml_collections.ConfigDict(
+      {"init_from": init_from, "model": {"name": "hamnet", "padding": padding}})
   options = backbone_weights.model_options
   assert options(config(path)) == {"padding": "torch"}
-  assert options(config(path, padding="auto")) == {"padding": "torch"}
   assert options(config(path, padding="same")) == {}
-  assert options(config(str(tmp_path), padding="auto")) == {"padding": "same"}  # orbax dir
-  assert options(config("configs/segmentation/digits_backbone.py:cpu")) == {}
-  assert options(config("", padding="auto")) == {"padding": "same"}
-  assert options(config("")) == {}
+  assert options(config(str(tmp_path))) == {"padding": "same"}  # orbax dir
+  assert options(config("configs/segmentation/digits_backbone.py:cpu")) == {"padding": "same"}
+  assert options(config("")) == {"padding": "same"}
 
 
 @pytest.mark.parametrize("size", [64, 65])

@@ -36,7 +36,7 @@ def write_fake_voc(manual, train=("2007_000032", "2007_000039"), val=("2007_0000
 
 def _dataset(name, data_dir, manual_dir="", **splits):
   return ml_collections.ConfigDict({"name": name, "data_dir": str(data_dir),
-                                    "manual_dir": str(manual_dir), **splits})
+                                    "manual_dir": str(manual_dir), "image_dir": "", **splits})
 
 
 def _run(dataset):
@@ -166,6 +166,7 @@ def test_prepare_builds_pascal_context_and_follows_init_from(tmp_path):
   write_fake_pascal_context(tmp_path / "manual", {"train": ["2008_000002"],
                                                   "val": ["2008_000008", "2008_000010"]})
   config = ml_collections.ConfigDict({
+      "task": "segmentation",
       "dataset": _dataset("pascal_context", tmp_path / "data", tmp_path / "manual"),
       "init_from": "configs/segmentation/digits_backbone.py:tiny"})
   datasets = prepare.dataset_configs(config)

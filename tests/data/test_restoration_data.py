@@ -15,7 +15,7 @@ def _config(name, tmp_path, patch, **dataset):
   config.seed = 0
   config.dataset = ml_collections.ConfigDict(dict(
       name=name, data_dir=str(tmp_path / "tfds"), manual_dir="", train_split="train",
-      eval_split="test", patch_size=patch, augment=True, input_percentiles=(),
+      eval_split="test", patch_size=patch, augment=True, input_percentiles=(), channels=0,
       shuffle_buffer=8))
   config.dataset.update(dataset)
   return config

@@ -32,7 +32,8 @@ def _mask(h, w, seed, classes=21):
 
 def _config(name, data_dir, manual_dir, **dataset):
   return ml_collections.ConfigDict({"seed": 0, "dataset": {
-      "name": name, "data_dir": str(data_dir), "manual_dir": str(manual_dir), **dataset}})
+      "name": name, "data_dir": str(data_dir), "manual_dir": str(manual_dir), "resize": 0,
+      **dataset}})
 
 
 def _builder(config):

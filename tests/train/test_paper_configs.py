@@ -1,15 +1,23 @@
 """Every classification config: the `:tiny` preset of each row trains two steps; the full
-configs carry the papers' recipes; presets are checked."""
+configs carry the papers' recipes; presets are checked. Every training config: its family's
+schema (configs/schema.py), no config built from another."""
 
+import importlib
+import pathlib
+import re
+
+import ml_collections
 import pytest
 from flax import nnx
 
 from attention_lab import models
 from attention_lab.train.trainer import Trainer
+from configs import schema
 from configs.aa import mnasnet_imagenet, resnet_imagenet, wrn_cifar100
 from configs.kanet import imagenet as kanet_imagenet
 from configs.sanet import imagenet as sanet_imagenet
 
+CONFIG_DIR = pathlib.Path(__file__).parents[2] / "configs"
 CONFIGS = {"sanet": sanet_imagenet, "kanet": kanet_imagenet, "aa_wrn": wrn_cifar100,
            "aa_resnet": resnet_imagenet, "aa_mnasnet": mnasnet_imagenet}
 
@@ -88,3 +96,50 @@ def test_aa_mnasnet_recipe():
 def test_unknown_preset(preset):
   with pytest.raises(ValueError, match="preset"):
     sanet_imagenet.get_config(preset)
+
+
+def _training_configs():
+  """(file, preset) of every training config file under configs/ (one with get_config and a
+  task) at each size preset it accepts and each paper row it lists at `:cpu`."""
+  for path in sorted(CONFIG_DIR.rglob("*.py")):
+    module_name = ".".join(path.relative_to(CONFIG_DIR.parent).with_suffix("").parts)
+    module = importlib.import_module(module_name)
+    if not hasattr(module, "get_config") or "task" not in module.get_config():
+      continue
+    for preset in (None, "cpu", "tiny", *(f"{row},cpu" for row in getattr(module, "ROWS", ()))):
+      try:
+        yield module_name, preset, module.get_config(preset)
+      except ValueError:
+        assert preset in ("cpu", "tiny"), (module_name, preset)  # sizes it does not offer
+
+
+def _leaves(config, prefix=""):
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      yield from _leaves(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", type(value)
+
+
+def test_every_config_has_exactly_its_familys_schema_fields():
+  """Every training config holds every field of its family's schema with the schema's type,
+  and no field outside it except its model's own arguments (a misspelt field fails)."""
+  checked = set()
+  for name, preset, config in _training_configs():
+    expected = dict(_leaves(getattr(schema, config.task)()))
+    found = dict(_leaves(config))
+    missing = sorted(set(expected) - set(found))
+    unknown = sorted(k for k in set(found) - set(expected) if not k.startswith("model."))
+    retyped = sorted(k for k in set(expected) & set(found)
+                     if expected[k] is not found[k] and not k.startswith("model."))
+    assert not (missing or unknown or retyped), (name, preset, missing, unknown, retyped)
+    checked.add(config.task)
+  assert checked == set(schema.FAMILIES)
+
+
+def test_no_config_starts_from_another_experiments_config():
+  """Config files start from configs/schema.py (or a shared paper recipe), never from
+  another config file's get_config()."""
+  for path in CONFIG_DIR.rglob("*.py"):
+    calls = re.findall(r"(\w+)\.get_config\(", path.read_text())
+    assert not calls, (path, calls)

@@ -5,7 +5,7 @@ import pytest
 from attention_lab.train.trainer import Trainer
 from configs.hamburger import ade20k_hamnet, pcontext_hamnet, voc_hamnet
 from configs.kanet import voc_deeplab
-from configs.segmentation import default
+from configs.segmentation import default, digits_backbone
 
 CONFIGS = {"default": default, "voc_deeplab": voc_deeplab, "voc_hamnet": voc_hamnet,
            "ade20k_hamnet": ade20k_hamnet, "pcontext_hamnet": pcontext_hamnet}
@@ -56,3 +56,11 @@ def test_paper_recipes():
   assert (context.batch_size, context.num_train_steps, context.dataset.crop_size) == (16, 25_000,
                                                                                       513)
   assert context.model.to_dict() == ham.model.to_dict()
+
+
+@pytest.mark.parametrize("preset", [None, "tiny"])
+def test_digits_backbone_is_the_default_segmenters_backbone(preset):
+  """The pretrained weights load into the segmenter: same depth, width and stem."""
+  backbone, segmenter = digits_backbone.get_config(preset).model, default.get_config(preset).model
+  assert (backbone.depth, backbone.width, backbone.stem) == (
+      segmenter.depth, segmenter.width, segmenter.stem)
