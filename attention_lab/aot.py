@@ -80,8 +80,7 @@ def topology_devices(topology: str) -> list:
 
 
 def _model_dtype(config) -> str:
-  model = config.get("model") or {}
-  return str(model.get("dtype", "float32"))
+  return str(config.model.dtype)
 
 
 def _lower(config, devices):

@@ -75,7 +75,7 @@ def initialize_distributed(config) -> None:
   try:
     jax.distributed.initialize(**given)
   except ValueError as e:
-    if given or config.get("distributed", False):
+    if given or config.distributed:
       missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
       raise cli.ConfigError(
           f"--{', --'.join(missing)} missing: multi-host needs --coordinator_address, "
@@ -169,7 +169,7 @@ def main(argv):
   jax.config.update("jax_cpu_enable_async_dispatch", False)
   try:
     initialize_distributed(config)
-    compilation_cache.enable(config.get("compilation_cache_dir", compilation_cache.default_dir()))
+    compilation_cache.enable(config.compilation_cache_dir)
     with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
       jax.devices()  # backend start-up (libtpu probes on a machine without TPUs)
     keep_freed_host_memory()

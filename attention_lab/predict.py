@@ -109,7 +109,7 @@ def run(config, workdir: str, out: str, split: str = "", num_samples: int = 0) -
     config = config.copy_and_resolve_references()
     config.eval.num_samples = num_samples
   task, state, step = restore(config, workdir)
-  split = split or config.dataset.get("eval_split", "")
+  split = split or config.dataset.eval_split
   return f"step {step}, split {split or '-'}: {task.export(state, split, out)}"
 
 

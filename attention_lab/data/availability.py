@@ -152,8 +152,8 @@ def data_dir_root(data_dir: str | None) -> str:
 
 def manual_dir(dataset) -> str:
   """`dataset.manual_dir`, or TFDS's default `<data_dir>/downloads/manual`."""
-  return (dataset.get("manual_dir") or
-          str(epath.Path(data_dir_root(dataset.get("data_dir"))) / "downloads" / "manual"))
+  return (dataset.manual_dir or
+          str(epath.Path(data_dir_root(dataset.data_dir)) / "downloads" / "manual"))
 
 
 def split_names(split: str) -> set[str]:
@@ -163,7 +163,7 @@ def split_names(split: str) -> set[str]:
 
 def splits_read(dataset) -> set[str]:
   """The split names a dataset config reads (its train_split and eval_split)."""
-  return split_names(dataset.get("train_split")) | split_names(dataset.get("eval_split"))
+  return split_names(dataset.train_split) | split_names(dataset.eval_split)
 
 
 def missing_files(name: str, manual: str, splits=()) -> list[str]:
@@ -201,16 +201,16 @@ def require_prepared(config, config_spec: str | None = None) -> None:
   """Raises cli.ConfigError (one line) when config.dataset can neither be read nor be
   prepared on first use; embedded datasets and unknown names pass (the data layer
   generates the former and names the allowed values for the latter)."""
-  dataset = config.get("dataset")
-  if dataset is None or not dataset.get("name"):
+  dataset = config.dataset
+  if not dataset.name:
     return
   name, spec = dataset.name, source(dataset.name)
   if spec is None or spec.how == "embedded":
     return
-  if name == "celeb_a" and dataset.get("image_dir"):
+  if name == "celeb_a" and dataset.image_dir:
     return  # read from the JPEG folder
   try:
-    if is_prepared(builder(name, dataset.get("data_dir"))):
+    if is_prepared(builder(name, dataset.data_dir)):
       return
   except tfds.core.registered.DatasetNotFoundError:
     return
@@ -221,7 +221,7 @@ def require_prepared(config, config_spec: str | None = None) -> None:
     if not missing:
       return  # the data layer prepares it from these files on first use
   raise cli.ConfigError(not_prepared_message(
-      name, data_dir_root(dataset.get("data_dir")), prepare_command(dataset, config_spec),
+      name, data_dir_root(dataset.data_dir), prepare_command(dataset, config_spec),
       manual=manual, missing=missing))
 
 

@@ -100,5 +100,5 @@ def data_info(config) -> DataInfo:
   if name not in FACTS:
     raise ValueError(f"dataset.name = {name!r}: must be one of {sorted(FACTS)}")
   info = FACTS[name]
-  channels = config.dataset.get("channels", 0)
+  channels = config.dataset.channels
   return dataclasses.replace(info, channels=channels) if channels else info

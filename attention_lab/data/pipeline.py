@@ -175,7 +175,7 @@ def preprocess(config, example, *, train: bool, seed=None):
   image = example["image"]
   if name == "digits":
     image = tf.image.resize(image, (size, size)) if size != 32 else tf.cast(image, tf.float32)
-    if config.dataset.get("channels", 0) == 3:  # grey → RGB, e.g. to pretrain an RGB backbone
+    if config.dataset.channels == 3:  # grey → RGB, e.g. to pretrain an RGB backbone
       image = tf.image.grayscale_to_rgb(image)
   elif name.startswith("cifar"):
     image = tf.cast(image, tf.float32)

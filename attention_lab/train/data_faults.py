@@ -73,7 +73,7 @@ def _prepare_command(name: str, data_dir: str, version_dir: str) -> str:
 def corruption_error(config, error: Exception, saved: str) -> DataCorruptionError:
   """One line for a `DataLossError` met reading `config.dataset`; `saved` says what was
   saved before stopping (e.g. 'saved step 47')."""
-  name, data_dir = config.dataset.name, config.dataset.get("data_dir", "")
+  name, data_dir = config.dataset.name, config.dataset.data_dir
   match = re.search(r"corrupted record at (\d+)", str(error))
   offset = int(match.group(1)) if match else None
   path = damaged_file(name, data_dir, offset)

@@ -41,7 +41,7 @@ def trained(config, workdir: str) -> "trainer_lib.Trainer | None":
 
 def _classification(spec: str, field: str):
   config = load_config_file(spec, field)
-  if config.get("task", "classification") != "classification":
+  if config.task != "classification":
     raise ValueError(f"{field} {spec!r} must be a classification config, got task "
                      f"{config.task!r}")
   return config
@@ -53,14 +53,14 @@ def resolve(config, workdir: str) -> dict:
   config)} for what `config` needs; {} for a run that needs nothing. A SIGTERM during an
   upstream run leaves the request raised and returns what was resolved."""
   out = {}
-  init_from = config.get("init_from", "")
+  init_from = config.init_from
   if init_from and is_config_file(init_from):
     path = str(epath.Path(workdir) / "pretrained")
     if trained(_classification(init_from, "init_from"), path) is None:
       return out
     out["init_from"] = path
-  ev = config.get("eval")
-  if config.get("task", "classification") == "gan" and ev is not None and ev.get("features") == "digits":
+  ev = config.eval
+  if config.task == "gan" and ev.features == "digits":
     classifier = _classification(ev.classifier_config, "eval.classifier_config")
     if classifier.dataset.name != "digits":
       raise ValueError(f"eval.classifier_config must be a digits classification config, got "

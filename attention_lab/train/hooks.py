@@ -131,7 +131,7 @@ class Checkpoint:
 
   def __init__(self, trainer, progress: Progress, last: int):
     self.trainer, self.progress, self.last = trainer, progress, last
-    self.early_at = time.monotonic() + trainer.config.get("first_checkpoint_secs", 180)
+    self.early_at = time.monotonic() + trainer.config.first_checkpoint_secs
     self.saved = False
 
   def save(self, step: int) -> None:

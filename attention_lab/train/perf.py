@@ -70,8 +70,7 @@ class Speed:
     if hasattr(train_step, "lower"):
       flops = (compiled_flops(train_step.lower(state, batch).compile())
                or _cpu_flops(task, state, batch, mesh.size))
-    peak = devices.peak_flops(mesh.devices.flat[0].device_kind,
-                              (config.get("model") or {}).get("dtype", "float32"))
+    peak = devices.peak_flops(mesh.devices.flat[0].device_kind, config.model.dtype)
     return cls(config.batch_size, mesh.size, flops, peak)
 
   def scalars(self, steps: int, seconds: float) -> dict[str, float]:

@@ -14,7 +14,7 @@ from etils import epath
 
 def steps(config) -> tuple[int, int] | None:
   """`config.profile_steps` as (start, end), or None for no trace; ValueError otherwise."""
-  value = config.get("profile_steps")
+  value = config.profile_steps
   if value is None or value == "" or (isinstance(value, (tuple, list)) and all(
       v in ("", None) for v in value)):
     return None
@@ -32,7 +32,7 @@ class StepProfiler:
 
   def __init__(self, config, workdir: str, first_step: int):
     window = steps(config)
-    writes = jax.process_index() == 0 or bool(config.get("profile_all_processes"))
+    writes = jax.process_index() == 0 or bool(config.profile_all_processes)
     self.start, self.end = window if window and writes else (None, None)
     if self.start is not None:
       self.start = max(self.start, first_step + 1)  # never the run's compiling step

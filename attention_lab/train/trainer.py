@@ -43,9 +43,9 @@ class Trainer:
     self.total_steps = self.task.total_steps
     if self.total_steps <= 0:
       raise ValueError(
-          f"num_train_steps = {config.get('num_train_steps')}, num_epochs = {config.get('num_epochs')}: "
+          f"num_train_steps = {config.num_train_steps}, num_epochs = {config.num_epochs}: "
           f"give {self.total_steps} train steps; set num_train_steps > 0 or num_epochs > 0")
-    self.synthetic = bool(config.dataset.get("synthetic", False))
+    self.synthetic = bool(config.dataset.synthetic)
     if not self.synthetic:
       from attention_lab.data import availability  # pylint: disable=g-import-not-at-top
       availability.require_prepared(config)  # before any data is read: one line

@@ -58,6 +58,20 @@ RENAMED_FIELDS = (
 )
 
 
+# Fields a record may lack because it was written before they existed, by leaf name, with
+# the value that reproduces those runs: absent from a record, a field holding this value
+# is unchanged (configs/schema.py gives every config these defaults).
+ADDED_FIELDS = {
+    "microbatches": 1, "bn_group_size": 0, "synthetic": False, "image_dir": "",
+    "manual_dir": "", "init_from": "", "init_scope": "backbone", "task": "classification",
+    "channels": 0, "warmup_epochs": 0.0, "power": 0.9, "grad_clip_norm": 0.0,
+    "decay_params": "kernels", "weight_decay": 0.0, "momentum": 0.9, "nesterov": False,
+    "b1": 0.9, "b2": 0.999, "eps": 1e-8, "head_lr_multiplier": 1.0,
+    "backbone_name": "backbone", "mu_dtype": "", "eval_split": "test", "num_epochs": 0,
+    "first_checkpoint_secs": 180, "padding": "auto", "summary_score_threshold": 0.3,
+}
+
+
 def _is_primary() -> bool:
   return jax.process_index() == 0
 
@@ -215,11 +229,15 @@ def config_changes(recorded: dict, config: ml_collections.ConfigDict) -> tuple[d
   """The fields that differ between a workdir's recorded config and `config`, split into
   (operational, others); each maps a dotted path to (recorded value, new value), a missing
   field's value being the string '<absent>'. A record's old field names (`RENAMED_FIELDS`)
-  are compared as their new ones."""
+  are compared as their new ones, and fields it lacks at their `ADDED_FIELDS` value as
+  unchanged."""
   old, new = _renamed(_flatten(recorded)), _flatten(_as_json(config))
   operational, others = {}, {}
   for path in sorted(set(old) | set(new)):
     before, after = old.get(path, "<absent>"), new.get(path, "<absent>")
+    added = path.rpartition(".")[2]
+    if before == "<absent>" and added in ADDED_FIELDS and after == ADDED_FIELDS[added]:
+      continue
     if before != after:
       (operational if _operational(path) else others)[path] = (before, after)
   return operational, others

@@ -359,3 +359,17 @@ def test_damaged_file_is_found_by_offset(tmp_path):
   damaged.write_bytes(bytes(data))
   assert data_faults.damaged_file("name", str(tmp_path), 2 * record) == str(damaged)
   assert data_faults.damaged_file("name", str(tmp_path), record) is None
+
+
+def test_workdir_recorded_before_fields_were_added_resumes():
+  """A record without the fields added since (micro-batches, BN groups, synthetic data...)
+  is the same run while they hold the values older runs had; another value is named."""
+  config = default.get_config("tiny")
+  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  for name in ("microbatches", "bn_group_size"):
+    del recorded[name]
+  del recorded["dataset"]["synthetic"], recorded["optimizer"]["mu_dtype"]
+  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  config.microbatches = 4
+  assert checkpointing.config_changes(recorded, config) == (
+      {}, {"microbatches": ("<absent>", 4)})

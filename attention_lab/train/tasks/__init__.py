@@ -13,7 +13,7 @@ def names() -> list[str]:
 
 def create(config, env: Environment) -> Task:
   """Builds the task `config.task` ("classification" when unset)."""
-  name = config.get("task", "classification")
+  name = config.task
   if name not in names():
     raise ValueError(f"task must be one of {names()}, got {name!r}")
   return importlib.import_module(f"{__name__}.{name}").TASK(config, env)

@@ -107,7 +107,7 @@ class Task(abc.ABC):
     `num_epochs` × steps per epoch) and `schedule` (`config.optimizer`); returns it."""
     config = self.config
     self.steps_per_epoch = max(1, num_train_examples // config.batch_size)
-    self.total_steps = config.get("num_train_steps") or int(
+    self.total_steps = config.num_train_steps or int(
         config.num_epochs * self.steps_per_epoch)
     self.schedule = optim.make_schedule(
         config.optimizer, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps)
@@ -122,11 +122,11 @@ class Task(abc.ABC):
     train/dependencies.py, which hands its workdir over as `env.dependencies["init_from"]`),
     whose backbone replaces the state's (`config.init_scope` "model": the whole model,
     from a run of the same model); else `state`."""
-    path = self.env.dependencies.get("init_from") or self.config.get("init_from", "")
+    path = self.env.dependencies.get("init_from") or self.config.init_from
     if not path:
       return state
     return backbone_weights.load_into(state, path,
-                                      scope=self.config.get("init_scope", "backbone"))
+                                      scope=self.config.init_scope)
 
   def image_summaries(self, state) -> dict[str, np.ndarray]:
     """Pictures to write at each evaluation: name → uint8 (N, H, W, 3) images."""

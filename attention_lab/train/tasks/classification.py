@@ -33,7 +33,7 @@ class Classification(base.Task):
     info = data_info(config)
     self.num_classes = info.num_classes
     self.image_shape = (config.dataset.image_size, config.dataset.image_size, info.channels)
-    self.label_smoothing = config.get("label_smoothing", 0.0)
+    self.label_smoothing = config.label_smoothing
     self.set_schedule(info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs),

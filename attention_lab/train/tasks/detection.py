@@ -160,7 +160,7 @@ class Detection(base.Task):
     return {k: np.concatenate([np.asarray(o[k]) for o in outputs]) for k in outputs[0]}
 
   def evaluate(self, state):
-    limit = self.config.eval.get("max_batches", 0) * self.env.local_batch_size or None
+    limit = self.config.eval.max_batches * self.env.local_batch_size or None
     batches = data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
                                 limit=limit)
     out = self._gathered_outputs(state, batches)
@@ -168,7 +168,7 @@ class Detection(base.Task):
     return {f"eval_{k}": stats[k] for k in _REPORTED}
 
   def image_summaries(self, state):
-    count = self.config.get("num_summary_images", 4)
+    count = self.config.num_summary_images
     if not count:
       return {}
     batch = next(data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
@@ -178,7 +178,7 @@ class Detection(base.Task):
     drawn = [draw_boxes(images[i], out["boxes"][i][out["box_mask"][i]] * out["scale"][i],
                         out["det_boxes"][i] * out["scale"][i], out["det_scores"][i],
                         out["det_classes"][i], out["det_valid"][i],
-                        threshold=self.config.get("summary_score_threshold", 0.3))
+                        threshold=self.config.summary_score_threshold)
              for i in range(min(count, len(images)))]
     return {"detections": np.stack(drawn)}
 

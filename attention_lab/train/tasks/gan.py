@@ -129,7 +129,7 @@ class GAN(base.Task):
       raise ValueError(f"d_steps must be >= 1, got {config.d_steps}")
     if not 0.0 <= config.ema_decay < 1.0:
       raise ValueError(f"ema_decay must be in [0, 1), got {config.ema_decay}")
-    self.mode_seeking = float(config.get("mode_seeking", 0.0))
+    self.mode_seeking = float(config.mode_seeking)
     if self.mode_seeking < 0 or (self.mode_seeking and config.batch_size % 2):
       raise ValueError(f"mode_seeking must be >= 0 (with an even batch_size), got "
                        f"{config.mode_seeking} (batch_size {config.batch_size})")
@@ -158,14 +158,14 @@ class GAN(base.Task):
     m = self.config.model
     kw = dict(num_classes=self.num_classes, resolution=self.config.dataset.image_size,
               width=m.width, spectral_norm=m.spectral_norm, dtype=base.model_dtype(m.dtype),
-              context_side=m.get("context_side") or None, key_pool=m.get("key_pool", 1),
+              context_side=m.context_side or None, key_pool=m.key_pool,
               rngs=rngs)
     if which == "generator":
       return models.create("sagan_generator", attention=m.attention, latent_dim=m.latent_dim,
-                           class_embedding=m.get("class_embedding", 0),
-                           hierarchical_z=m.get("hierarchical_z", False), **kw)
-    return models.create("sagan_discriminator", attention=m.get("d_attention") or m.attention,
-                         minibatch_std=m.get("minibatch_std", 0), **kw)
+                           class_embedding=m.class_embedding,
+                           hierarchical_z=m.hierarchical_z, **kw)
+    return models.create("sagan_discriminator", attention=m.d_attention or m.attention,
+                         minibatch_std=m.minibatch_std, **kw)
 
   def init_state(self):
     g = self.generator.init()
@@ -235,7 +235,7 @@ class GAN(base.Task):
     grads, (g_rest, d_rest, g_loss) = jax.grad(g_loss_fn, has_aux=True)(g_state["params"])
     g_state = self.generator.update(g_state, grads, g_rest)
     step = state["step"] + 1
-    decay = jnp.where(step > self.config.get("ema_start_step", 0), self.config.ema_decay, 0.0)
+    decay = jnp.where(step > self.config.ema_start_step, self.config.ema_decay, 0.0)
     values = GanMetrics.single_from_model_output(
         d_loss=d_loss.mean(), g_loss=g_loss, d_real=d_real.mean(), d_fake=d_fake.mean())
     return {"step": step, "generator": g_state,
@@ -312,7 +312,7 @@ class GAN(base.Task):
     if self._real is None:
       ev, ds = self.config.eval, self.config.dataset
       key, fn = self.feature_extractor()
-      folder = str(workdir.resolve(ds.image_dir)) if ds.get("image_dir") else ""
+      folder = str(workdir.resolve(ds.image_dir)) if ds.image_dir else ""
       source = ds.name if not folder else (
           "celeb_a-dir-" + hashlib.sha1(folder.encode()).hexdigest()[:8])
       path = str(epath.Path(_stats_dir(self.config))
@@ -367,7 +367,7 @@ class GAN(base.Task):
 
 
 def _stats_dir(config) -> str:
-  if config.eval.get("stats_dir"):
+  if config.eval.stats_dir:
     return config.eval.stats_dir
   data_dir = config.dataset.data_dir or os.environ.get(
       "TFDS_DATA_DIR", str(epath.Path("~/tensorflow_datasets").expanduser()))

@@ -76,9 +76,9 @@ class Restoration(base.Task):
 
   def _divisors(self, model_config) -> tuple[int, ...]:
     """What each input side must be divisible by: 2^(depth−1) (and 2^proj_depth in Y, X)."""
-    unet = 2 ** (model_config.get("depth", 3) - 1)
+    unet = 2 ** (model_config.depth - 1)
     if self.info.target_rank < self.info.input_rank:  # projection: Z untiled
-      proj = 2 ** model_config.get("proj_depth", 4)
+      proj = 2 ** model_config.proj_depth
       return (1,) + (math.lcm(unet, proj),) * self.info.target_rank
     return (unet,) * self.info.input_rank
 
@@ -148,14 +148,14 @@ class Restoration(base.Task):
     return measures.restoration_metrics(
         target[..., 0] if target.shape[-1] == 1 else target,
         guess[..., 0] if guess.shape[-1] == 1 else guess,
-        protocol=cfg.protocol, data_range=cfg.get("data_range", 1.0),
-        percentiles=tuple(cfg.get("percentiles", (0.1, 99.9))))
+        protocol=cfg.protocol, data_range=cfg.data_range,
+        percentiles=tuple(cfg.percentiles))
 
   def eval_examples(self):
     """(input, target) pairs of the eval split: at most eval.max_examples (0: all),
     centre-cropped to eval.crop_size in the target's spatial axes when set."""
     cfg = self.config.eval
-    limit, crop = cfg.get("max_examples", 0), tuple(cfg.get("crop_size", ()) or ())
+    limit, crop = cfg.max_examples, tuple(cfg.crop_size)
     if crop and len(crop) != self.info.target_rank:
       raise ValueError(f"eval.crop_size must have {self.info.target_rank} sides, got "
                        f"{crop}")
@@ -230,7 +230,7 @@ def restoration_picture(baseline, prediction, target, eval_config) -> np.ndarray
         "percentiles", (0.1, 99.9))))
     panels = [measures.normalize_minmse(panels[0], t), measures.normalize_minmse(panels[1], t), t]
   else:
-    panels = [p / eval_config.get("data_range", 1.0) for p in panels]
+    panels = [p / eval_config.data_range for p in panels]
   crops = []
   for p in panels:
     h, w = p.shape

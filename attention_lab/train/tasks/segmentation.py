@@ -110,7 +110,7 @@ class Segmentation(base.Task):
     super().__init__(config, env)
     self.spec = data.dataset(config.dataset.name)
     self.num_classes = self.spec.num_classes
-    self.aux_weight = float(config.get("aux_loss_weight", 0.0))
+    self.aux_weight = float(config.aux_loss_weight)
     self.set_schedule(data_info(config).num_examples(config.dataset.train_split))
     extra = {"aux_head": True} if self.aux_weight > 0 else {}
     extra.update(backbone_weights.model_options(config))  # torch weights: torch padding
@@ -118,11 +118,11 @@ class Segmentation(base.Task):
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs,
                                        **extra),
         optim.make_optimizer(config.optimizer, self.schedule), config.seed)
-    ev = config.get("eval", {})
-    self.eval_scales = tuple(ev.get("scales", (1.0,)))
-    self.eval_flip = bool(ev.get("flip", False))
-    self.eval_window = int(ev.get("window", 0))
-    self.eval_stride = int(ev.get("stride", 0)) or max(1, self.eval_window * 2 // 3)
+    ev = config.eval
+    self.eval_scales = tuple(ev.scales)
+    self.eval_flip = bool(ev.flip)
+    self.eval_window = int(ev.window)
+    self.eval_stride = int(ev.stride) or max(1, self.eval_window * 2 // 3)
     if not self.eval_scales or min(self.eval_scales) <= 0:
       raise ValueError(f"eval.scales must be positive numbers, got {self.eval_scales}")
     self._jit_predict = None
@@ -230,7 +230,7 @@ class Segmentation(base.Task):
 
   def image_summaries(self, state):
     """The first few eval images: [image | ground truth | prediction], overlaid."""
-    count = int(self.config.get("num_summary_images", 4))
+    count = int(self.config.num_summary_images)
     if count <= 0:
       return {}
     batch = next(data.eval_batches(self.config, local_batch_size=self.env.local_batch_size,
@@ -255,8 +255,8 @@ class Segmentation(base.Task):
     from attention_lab.data import availability, pipeline  # pylint: disable=g-import-not-at-top
     config = self.config
     spec = data.dataset(config.dataset.name)
-    builder = pipeline.get_builder(config.dataset.name, config.dataset.get("data_dir"),
-                                   config.dataset.get("manual_dir"), supported=data.DATASETS)
+    builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
+                                   config.dataset.manual_dir, supported=data.DATASETS)
     availability.require_split(config.dataset, builder, split)
     subsplit, offset, largest = submission.process_slice(builder, split)
     folder, encode, palette = submission.segmentation_layout(config.dataset.name)
