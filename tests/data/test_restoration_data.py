@@ -7,6 +7,7 @@ import tifffile
 
 from attention_lab.data import pipeline
 from attention_lab.data import restoration as data
+from attention_lab.data.info import data_info
 from attention_lab.data.builders import care, photos, synthetic_volumes
 
 
@@ -44,9 +45,8 @@ def test_care_builder_reads_npz_and_tiffs(tmp_path, variant):
   x, y = _write_care(tmp_path / "care", projection)
   config = _config(f"care/{variant}", tmp_path, (6, 8, 8), manual_dir=str(tmp_path / "care"),
                    eval_split="test_condition_1", input_percentiles=(1.0, 99.8))
-  info = data.dataset_info(config)
-  assert (info.input_rank, info.target_rank) == (3, 2 if projection else 3)
-  assert (info.num_train_examples, info.num_eval_examples, info.channels) == (5, 2, 1)
+  info = data_info(config)  # the published facts: the real data's ranks and channels
+  assert (info.input_rank, info.target_rank, info.channels) == (3, 2 if projection else 3, 1)
   builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
                                  config.dataset.manual_dir)
   assert set(builder.info.splits) == {"train", "test_condition_1", "test_condition_2"}
@@ -84,8 +84,8 @@ def test_care_needs_manual_dir(tmp_path):
 def test_photo_splits_are_disjoint_real_photos(tmp_path):
   assert not set(photos.TRAIN_PHOTOS) & set(photos.TEST_PHOTOS)
   config = _config("restoration_photos", tmp_path, (32, 32))
-  info = data.dataset_info(config)
-  assert (info.num_train_examples, info.num_eval_examples) == (14, 3)
+  info = data_info(config)
+  assert (info.num_examples("train"), info.num_examples("test")) == (14, 3)
   examples = list(data.eval_examples(config))
   assert sorted(name for *_, name in examples) == sorted(photos.TEST_PHOTOS)
   for noisy, clean, name in examples:
