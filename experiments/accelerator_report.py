@@ -28,6 +28,7 @@ import collections
 import contextlib
 import datetime
 import importlib
+import io
 import importlib.metadata
 import json
 import os
@@ -86,9 +87,10 @@ TESTED_WITH = {"python": ("3.11",), "jax": ("0.10",), "flax": ("0.12",)}
 PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda13-plugin", "jax-cuda12-pjrt",
             "jax-cuda13-pjrt", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", "libtpu", "flax",
             "optax", "orbax-checkpoint", "numpy", "ml-collections", "clu", "torch", "timm")
-# Modules a part imports beyond its command's module (probed by --check).
-NEEDS = {"nets": ("attention_lab.train.tasks.base",), "run": ("clu",),
-         "detection": ("pycocotools",), "tests": ("pytest",)}
+# Modules a part imports beyond its command's module and, for a run, its task's module
+# (probed by --check).
+NEEDS = {"nets": ("attention_lab.train.tasks.base",), "detection": ("pycocotools",),
+         "tests": ("pytest",)}
 
 Part = collections.namedtuple("Part", "name kind module config overrides tier")
 
@@ -130,7 +132,7 @@ def plan(out: pathlib.Path, smoke: bool, tests: bool = False) -> list[Part]:
 
 class Budget:
   """The time left of `seconds` from `start`, and each part's estimate: its `EXPECTED_S`
-  entry times the ratio measured / expected of the parts finished so far."""
+  entry times the ratio measured / expected of the parts that succeeded so far."""
 
   def __init__(self, seconds: float, smoke: bool, start: float | None = None):
     self.seconds, self.column = seconds, int(smoke)
@@ -366,7 +368,8 @@ def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool,
     else:
       estimate = budget.estimate(part.name)
       statuses.append({**run_part(part, out, budget.left() - RESERVE_S), "estimate_s": estimate})
-      budget.done(part.name, statuses[-1]["seconds"])
+      if statuses[-1]["state"] == "ok":  # a failure's time says nothing of the others'
+        budget.done(part.name, statuses[-1]["seconds"])
     write_summary(env, statuses, out, smoke, budget.seconds, budget.start)
   counts = collections.Counter(s["state"] for s in statuses)
   print(f"accelerator_report: {counts['ok']}/{len(statuses)} parts ok in "
@@ -378,7 +381,8 @@ def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool,
 
 def archive(out: pathlib.Path, path: pathlib.Path) -> list[str]:
   """Packs `out` into the .tar.gz `path` (as out's folder name); files over
-  ARCHIVE_MAX_FILE_BYTES (checkpoints) are left out. Returns those left out."""
+  ARCHIVE_MAX_FILE_BYTES (checkpoints) are left out and named in its LEFT_OUT.txt. Returns
+  those left out."""
   left_out = []
   path.parent.mkdir(parents=True, exist_ok=True)
   with tarfile.open(path, "w:gz") as tar:
@@ -389,6 +393,11 @@ def archive(out: pathlib.Path, path: pathlib.Path) -> list[str]:
         left_out.append(str(file.relative_to(out)))
         continue
       tar.add(file, arcname=str(pathlib.Path(out.name) / file.relative_to(out)))
+    if left_out:
+      text = "".join(f"{name}\n" for name in left_out).encode()
+      info = tarfile.TarInfo(str(pathlib.Path(out.name) / "LEFT_OUT.txt"))
+      info.size, info.mtime = len(text), int(time.time())
+      tar.addfile(info, io.BytesIO(text))
   print(f"archive {path}: {path.stat().st_size / 2**20:.1f} MiB" + (
       f"; left out (over {ARCHIVE_MAX_FILE_BYTES // 2**20} MiB): {', '.join(left_out)}"
       if left_out else ""), flush=True)
@@ -420,7 +429,7 @@ def can_run(part: Part) -> str:
     return f"config {part.config}: {why}"
   if part.kind == "run":
     steps = (f"attention_lab.train.tasks.{config.get('task', 'classification')}",
-             *NEEDS["run"], *NEEDS.get(part.name, ()))
+             *NEEDS.get(part.name, ()))
   elif part.kind == "table":  # the table's module (efficiency.table imports it)
     steps = (part.module, lambda: importlib.import_module(part.module).table(config.kind),
              *NEEDS.get(config.kind, ()))

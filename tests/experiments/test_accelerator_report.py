@@ -199,7 +199,9 @@ def test_the_archive_packs_the_report_and_lists_large_files(tmp_path, monkeypatc
   left_out = report.archive(out, tmp_path / "report.tar.gz")
   assert left_out == ["runs/checkpoint"]
   with tarfile.open(tmp_path / "report.tar.gz") as tar:
-    assert sorted(tar.getnames()) == ["nvidia_h100/README.md", "nvidia_h100/tables/t.md"]
+    assert sorted(tar.getnames()) == ["nvidia_h100/LEFT_OUT.txt", "nvidia_h100/README.md",
+                                      "nvidia_h100/tables/t.md"]
+    assert tar.extractfile("nvidia_h100/LEFT_OUT.txt").read() == b"runs/checkpoint\n"
 
 
 def test_tensorflow_is_unimportable_in_the_process_and_its_children():
