@@ -183,7 +183,8 @@ def test_parts_that_do_not_fit_are_listed_with_their_estimate(tmp_path, monkeypa
   ran = {s["name"] for s in statuses if s["state"] == "ok"}
   skipped = {s["name"]: s for s in statuses if s["state"] == "not run"}
   assert ran and skipped and ran | set(skipped) == {p.name for p in parts}
-  assert "default" in skipped and "sao_table2" in ran  # 25 s expected vs 10 s
+  assert report.EXPECTED_S["default"][1] > 15 >= report.EXPECTED_S["sao_table2"][1]
+  assert "default" in skipped and "sao_table2" in ran
   assert "estimated" in skipped["default"]["error"]
   assert "| default | 1 | not run: `estimated" in (tmp_path / "README.md").read_text()
 
