@@ -72,7 +72,7 @@ PERF = ("examples_per_second", "examples_per_second_per_device", "step_seconds",
 # smoke column is measured on a shared 2-core CPU; the accelerator column is an estimate for
 # one H100 until a report has run there (report.json keeps each part's measured seconds).
 EXPECTED_S = {
-    "default": (60, 20), "tests": (120, 150),
+    "default": (60, 20), "tests": (120, 200),
     "sao_table2": (30, 10), "sao_table2_bfloat16": (30, 10), "kao_table1": (30, 12),
     "kao_table1_bfloat16": (30, 12), "ham_table3": (45, 19),
     "sao_table5": (90, 45), "sao_table5_bfloat16": (80, 45),
