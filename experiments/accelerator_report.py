@@ -399,7 +399,7 @@ def archive(out: pathlib.Path, path: pathlib.Path) -> list[str]:
       info.size, info.mtime = len(text), int(time.time())
       tar.addfile(info, io.BytesIO(text))
   print(f"archive {path}: {path.stat().st_size / 2**20:.1f} MiB" + (
-      f"; left out (over {ARCHIVE_MAX_FILE_BYTES // 2**20} MiB): {', '.join(left_out)}"
+      f"; left out (over {ARCHIVE_MAX_FILE_BYTES / 2**20:g} MiB): {', '.join(left_out)}"
       if left_out else ""), flush=True)
   return left_out
 

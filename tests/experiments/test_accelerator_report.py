@@ -108,8 +108,8 @@ def test_the_tests_part_runs_pytest_on_the_device_and_keeps_its_summary(tmp_path
   assert "tests/ops: jax" in log and "precision 'highest'" in log  # tests/ops/conftest.py
 
 
-def test_the_environment_of_ops_tests_picks_jax_s_default_device(monkeypatch):
-  # What the tests part sets: JAX_PLATFORMS empty (tests/conftest.py would pick the CPU).
+def test_environ_sets_variables_for_a_part_and_restores_them(monkeypatch):
+  # As the tests part: JAX_PLATFORMS empty (tests/conftest.py would pick the CPU).
   with report.environ(JAX_PLATFORMS="", XLA_FLAGS="--x"):
     assert report.os.environ["JAX_PLATFORMS"] == "" and report.os.environ["XLA_FLAGS"] == "--x"
   monkeypatch.delenv("REPORT_TEST_UNSET", raising=False)
