@@ -1,49 +1,121 @@
-"""experiments.accelerator_report: its plan covers every part with valid commands, and a
-report writes the summary, the tables' links and the runs' speed.
+"""experiments.accelerator_report: its plan, budget, deadline, summary and archive, and the
+command itself as on the lent GPU image (TensorFlow unimportable, tests/no_tensorflow.py).
 
-The parts' processes are stood in for by what those commands write (main's --json and
-config.json: tests/test_main.py, tests/train/test_perf.py; the efficiency tables' md / json:
-tests/experiments/test_efficiency.py), so the report itself runs in about a second."""
+The report's logic runs against stand-ins for the parts' processes (what main's --json and the
+efficiency tables write: tests/test_main.py, tests/experiments/test_efficiency.py). The
+command runs for real twice, shared between tests: the whole `--smoke` report with an archive,
+and `--budget_s=60 --smoke`."""
 
 import json
 import pathlib
 import subprocess
 import sys
+import tarfile
+import time
+
+import pytest
 
 from attention_lab import cli
 from experiments import accelerator_report as report
 from experiments import runs
+from tests import no_tensorflow
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TABLES = {"sao_table2", "sao_table2_bfloat16", "kao_table1", "kao_table1_bfloat16",
           "ham_table3", "isa_tables", "aa_table9", "sao_table5", "sao_table5_bfloat16",
           "performance_goals"}
+# Synthetic batches (the speed runs' input) are a config field of the training runs.
+SYNTHETIC_RUNS = "synthetic" in cli.load_config(str(REPO / "configs/default.py")).dataset
 
 
-def test_plan_covers_every_table_the_relative_comparison_and_the_default_runs(tmp_path):
-  parts = {p.name: p for p in report.plan(tmp_path, smoke=True)}
-  assert {n for n, p in parts.items() if p.kind == "table"} == TABLES
-  assert {n for n, p in parts.items() if p.kind == "run"} == set(report.RUNS)
-  assert parts["relative_timm"].module == "experiments.relative_timm"
-  for p in parts.values():
-    assert p.config.endswith(":tiny") and (REPO / p.config.split(":")[0]).exists()
-  assert "--config.dtype=bfloat16" in parts["sao_table5_bfloat16"].overrides
-  names = list(parts)
-  # The goals table reads SAO / KAO's json, so it comes after them.
-  assert names.index("performance_goals") > max(names.index("sao_table2"),
-                                                names.index("kao_table1"))
+def test_plan_orders_every_part_by_value_with_valid_commands(tmp_path):
+  parts = report.plan(tmp_path, smoke=True, tests=True)
+  names = [p.name for p in parts]
+  assert names[:2] == ["default", "tests"]  # priority 1: the default run's MFU, the numerics
+  assert set(names[2:7]) == {"sao_table2", "sao_table2_bfloat16", "kao_table1",
+                             "kao_table1_bfloat16", "ham_table3"}
+  assert names[7:10] == ["sao_table5", "sao_table5_bfloat16", "relative_timm"]
+  assert [p.tier for p in parts] == sorted(p.tier for p in parts)
+  by_name = {p.name: p for p in parts}
+  assert {n for n, p in by_name.items() if p.kind == "table"} == TABLES
+  assert {n for n, p in by_name.items() if p.kind == "run"} == set(report.RUNS)
+  assert set(report.EXPECTED_S) == set(names)
+  # The goals table reads SAO / KAO's json; the GAN's FID the default run's classifier.
+  assert names.index("performance_goals") > names.index("kao_table1_bfloat16")
+  assert names.index("gan") > names.index("default")
+  assert "tests" not in {p.name for p in report.plan(tmp_path, smoke=True)}
+  assert all(p.config.endswith(":tiny") for p in parts if p.config)
+  assert "--config.dtype=bfloat16" in by_name["sao_table5_bfloat16"].overrides
   full = {p.name: p for p in report.plan(tmp_path, smoke=False)}
-  assert not any(p.config.endswith(":tiny") for p in full.values())
+  assert not any(p.config.endswith(":tiny") for p in full.values() if p.config)
   assert f"--config.num_train_steps={report.RUN_STEPS}" in full["default"].overrides
   assert any(o.startswith("--config.eval.classifier_workdir=") for o in full["gan"].overrides)
-  for p in [*parts.values(), *full.values()]:  # every command's config and fields exist
-    cli._check_overrides(cli.load_config(p.config, root=str(REPO)), p.overrides)  # pylint: disable=protected-access
+  for p in [*by_name.values(), *full.values()]:
+    if p.kind == "run":
+      assert report.SYNTHETIC in p.overrides  # the speed runs time the step alone
+    if p.kind == "tests":
+      continue
+    config = cli.load_config(p.config, root=str(REPO))
+    overrides = [o for o in p.overrides if SYNTHETIC_RUNS or o != report.SYNTHETIC]
+    cli._check_overrides(config, overrides)  # pylint: disable=protected-access
 
 
 def test_device_slug():
   assert report.device_slug("gpu", "NVIDIA H100 80GB HBM3") == "nvidia_h100_80gb_hbm3"
   assert report.device_slug("tpu", "TPU v5 lite") == "tpu_v5_lite"
   assert report.device_slug("cpu", "cpu") == "cpu"
+
+
+def test_an_untested_version_is_one_line_and_the_peak_entry_is_named():
+  lines = report.untested({"python": "3.11.7", "jax": "0.11.2", "flax": "0.12.8"})
+  assert len(lines) == 1 and lines[0].startswith("jax 0.11.2: not tested")
+  assert report.untested({"jax": "0.10.9"}) == []
+  assert "'H100' of attention_lab/devices.py" in report.peak_entry("NVIDIA H100 80GB HBM3")
+  assert "bfloat16 989.4 TFLOP/s" in report.peak_entry("NVIDIA H100 80GB HBM3")
+  assert report.peak_entry("cpu").endswith("no MFU")
+
+
+def test_budget_scales_the_estimates_by_the_measured_parts():
+  budget = report.Budget(100.0, smoke=True, start=time.perf_counter())
+  expected = report.EXPECTED_S["kao_table1"][1]
+  assert budget.estimate("kao_table1") == expected and budget.fits("kao_table1")
+  budget.done("sao_table2", 2 * report.EXPECTED_S["sao_table2"][1])  # twice as slow here
+  assert budget.estimate("kao_table1") == pytest.approx(2 * expected)
+  budget.done("sao_table2", 100 * report.EXPECTED_S["sao_table2"][1])
+  assert budget.scale() == report.SCALE_LIMITS[1]
+  late = report.Budget(100.0, smoke=False, start=time.perf_counter() - 100 + 20)
+  assert not late.fits("default") and late.fits("aa_table9") is False  # 20 s left, 5 kept
+  assert report.Budget(100.0, smoke=True, start=time.perf_counter() - 70).fits("sao_table2")
+
+
+def test_a_part_past_the_deadline_is_stopped(tmp_path):
+  # A process that would sleep 60 s, given 1 s: subprocess.run kills it at the deadline.
+  part = report.Part("tests", "tests", "timeit", "",
+                     ("-n", "1", "-r", "1", "import time; time.sleep(60)"), 1)
+  start = time.perf_counter()
+  status = report.run_part(part, tmp_path, seconds_left=1.0)
+  assert time.perf_counter() - start < 10
+  assert status["state"] == "stopped" and "budget's end" in status["error"]
+
+
+def test_the_tests_part_runs_pytest_on_the_device_and_keeps_its_summary(tmp_path):
+  part = report.Part("tests", "tests", "pytest", "",
+                     ("tests/ops/test_boxes.py", "-p", "no:cacheprovider", "-k", "iou"), 1)
+  status = report.run_part(part, tmp_path, seconds_left=120.0)
+  assert status["state"] == "ok", status
+  assert "passed" in status["summary"] and "deselected" in status["summary"]
+  log = (tmp_path / status["log"]).read_text()
+  assert "tests/ops: jax" in log and "precision 'highest'" in log  # tests/ops/conftest.py
+
+
+def test_environ_sets_variables_for_a_part_and_restores_them(monkeypatch):
+  # As the tests part: JAX_PLATFORMS empty (tests/conftest.py would pick the CPU).
+  with report.environ(JAX_PLATFORMS="", XLA_FLAGS="--x"):
+    assert report.os.environ["JAX_PLATFORMS"] == "" and report.os.environ["XLA_FLAGS"] == "--x"
+  monkeypatch.delenv("REPORT_TEST_UNSET", raising=False)
+  with report.environ(REPORT_TEST_UNSET="1"):
+    pass
+  assert "REPORT_TEST_UNSET" not in report.os.environ
 
 
 def test_a_cpu_without_smoke_is_refused_in_one_line():
@@ -84,18 +156,119 @@ def _fake_process(module, args, *, log=None, final=None):
 def test_a_report_writes_the_summary_tables_and_run_speed(tmp_path, monkeypatch):
   monkeypatch.setattr(runs, "run_module", _fake_process)
   env = report.environment()
-  assert env["platform"] == "cpu" and env["jax"] and env["jaxlib"]
+  assert env["platform"] == "cpu" and env["versions"]["jax"] and "no MFU" in env["peak_flops"]
   parts = [p for p in report.plan(tmp_path, smoke=True) if p.name in ("aa_table9", "default")]
   statuses = report.report(env, tmp_path, parts, smoke=True)
-  assert [s["returncode"] for s in statuses] == [0, 0]
+  assert [s["state"] for s in statuses] == ["ok", "ok"]
   assert json.loads((tmp_path / "environment.json").read_text())["platform"] == "cpu"
   data = json.loads((tmp_path / "report.json").read_text())
-  assert [p["name"] for p in data["parts"]] == ["aa_table9", "default"]
+  assert [p["name"] for p in data["parts"]] == ["default", "aa_table9"]
   run = data["runs"]["default"]
   # The medians of the run's perf/ scalars, from its --json.
   assert run["examples_per_second"] == 12.0
   assert run["tflops_per_device"] > 0 and run["mfu"] is None  # no MFU on a CPU
   assert run["batch"] == 8 and run["steps"] == 4
   text = (tmp_path / "README.md").read_text()
-  assert "| aa_table9 |" in text and "(tables/aa_table9.md)" in text
-  assert "| default |" in text and "None on this device" in text
+  assert "| aa_table9 | 5 | ok |" in text and "(tables/aa_table9.md)" in text
+  assert "| default | 1 | ok |" in text and "None on this device" in text
+
+
+def test_parts_that_do_not_fit_are_listed_with_their_estimate(tmp_path, monkeypatch):
+  monkeypatch.setattr(runs, "run_module", _fake_process)
+  env = report.environment()
+  parts = report.plan(tmp_path, smoke=True)
+  # 20 s left: the fake parts take 1 s each; those expected to take longer than 15 s do not fit.
+  budget = report.Budget(20.0, smoke=True, start=time.perf_counter())
+  statuses = report.report(env, tmp_path, parts, smoke=True, budget=budget)
+  ran = {s["name"] for s in statuses if s["state"] == "ok"}
+  skipped = {s["name"]: s for s in statuses if s["state"] == "not run"}
+  assert ran and skipped and ran | set(skipped) == {p.name for p in parts}
+  assert report.EXPECTED_S["default"][1] > 15 >= report.EXPECTED_S["sao_table2"][1]
+  assert "default" in skipped and "sao_table2" in ran
+  assert "estimated" in skipped["default"]["error"]
+  assert "| default | 1 | not run: `estimated" in (tmp_path / "README.md").read_text()
+
+
+def test_the_archive_packs_the_report_and_lists_large_files(tmp_path, monkeypatch):
+  out = tmp_path / "nvidia_h100"
+  (out / "tables").mkdir(parents=True)
+  (out / "README.md").write_text("# report\n")
+  (out / "tables" / "t.md").write_text("| t |\n")
+  (out / "runs").mkdir()
+  (out / "runs" / "checkpoint").write_bytes(b"x" * 2048)
+  monkeypatch.setattr(report, "ARCHIVE_MAX_FILE_BYTES", 1024)
+  left_out = report.archive(out, tmp_path / "report.tar.gz")
+  assert left_out == ["runs/checkpoint"]
+  with tarfile.open(tmp_path / "report.tar.gz") as tar:
+    assert sorted(tar.getnames()) == ["nvidia_h100/LEFT_OUT.txt", "nvidia_h100/README.md",
+                                      "nvidia_h100/tables/t.md"]
+    assert tar.extractfile("nvidia_h100/LEFT_OUT.txt").read() == b"runs/checkpoint\n"
+
+
+def test_tensorflow_is_unimportable_in_the_process_and_its_children():
+  child = ("import subprocess, sys; r = subprocess.run([sys.executable, '-c', "
+           "'import tensorflow_datasets'], capture_output=True, text=True); "
+           "print(r.stderr.strip().splitlines()[-1]); import tensorflow.compat.v2")
+  done = no_tensorflow.run(["-c", child])
+  assert done.stdout.startswith("ModuleNotFoundError: No module named 'tensorflow_datasets'")
+  assert done.returncode == 1
+  assert "ModuleNotFoundError: No module named 'tensorflow' (blocked" in done.stderr
+  assert no_tensorflow.run(["-c", "import numpy, absl"]).returncode == 0
+
+
+def test_check_prints_the_preflight_without_tensorflow():
+  start = time.perf_counter()
+  done = no_tensorflow.run(["-m", "experiments.accelerator_report", "--check", "--smoke"],
+                           cwd=REPO, timeout=120)
+  assert time.perf_counter() - start < 60 and done.returncode == 0, done.stderr
+  text = done.stdout
+  for line in ("versions: python", "device: ", "peak FLOP/s for MFU: none for 'cpu'",
+               "tiny jit: ok", "cuDNN attention: not available on cpu", "sao_table2: ok",
+               "relative_timm: ok"):
+    assert line in text, line
+  assert f"of {len(report.plan(REPO, smoke=True))} parts can run" in text
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  """The whole `--smoke` report with TensorFlow unimportable, archived."""
+  out = tmp_path_factory.mktemp("smoke")
+  done = no_tensorflow.run(["-m", "experiments.accelerator_report", "--smoke",
+                            f"--out={out / 'report'}", f"--archive={out / 'report.tar.gz'}"],
+                           cwd=REPO)
+  return out, done
+
+
+@pytest.mark.xfail(not SYNTHETIC_RUNS, strict=True, reason="the speed runs need "
+                   "--config.dataset.synthetic and a train loop without TensorFlow")
+def test_every_smoke_part_passes_without_tensorflow(smoke):
+  out, done = smoke
+  data = json.loads((out / "report" / "report.json").read_text())
+  failed = {p["name"]: p["error"] for p in data["parts"] if p["state"] != "ok"}
+  assert not failed and done.returncode == 0, failed
+  assert len(data["parts"]) == len(report.EXPECTED_S) - 1  # all but the tests part
+
+
+def test_the_smoke_report_is_written_and_archived(smoke):
+  out, done = smoke
+  data = json.loads((out / "report" / "report.json").read_text())
+  assert {p["name"] for p in data["parts"]} == set(report.EXPECTED_S) - {"tests"}
+  readme = (out / "report" / "README.md").read_text()
+  assert all(f"| {p['name']} | {p['tier']} |" in readme for p in data["parts"])
+  with tarfile.open(out / "report.tar.gz") as tar:
+    names = set(tar.getnames())
+  assert {"report/README.md", "report/report.json", "report/environment.json",
+          "report/tables/sao_table2.md", "report/logs/default.log"} <= names
+
+
+def test_a_budget_of_60_s_stops_in_time_and_lists_the_parts_not_run(tmp_path):
+  start = time.perf_counter()
+  done = no_tensorflow.run(["-m", "experiments.accelerator_report", "--smoke", "--budget_s=60",
+                            f"--out={tmp_path}"], cwd=REPO, timeout=180)
+  wall = time.perf_counter() - start
+  assert wall < 90, wall
+  data = json.loads((tmp_path / "report.json").read_text())
+  states = {p["name"]: p["state"] for p in data["parts"]}
+  assert set(states) == set(report.EXPECTED_S) - {"tests"}  # every part listed
+  assert "not run" in states.values() and states["default"] != "not run"
+  assert f"not run: {', '.join(n for n, s in states.items() if s == 'not run')}" in done.stdout

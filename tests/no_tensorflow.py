@@ -1,0 +1,71 @@
+"""Python as on the lent GPU image, where TensorFlow is not installed: a process (and every
+process it starts) in which `import tensorflow` / `import tensorflow_datasets` raise
+ModuleNotFoundError.
+
+A `sitecustomize.py` on PYTHONPATH installs a meta-path finder that raises for those names;
+child processes inherit PYTHONPATH, so a command's own subprocesses (the accelerator report's
+parts, pytest in a subprocess) are blocked too.
+
+  from tests import no_tensorflow
+  done = no_tensorflow.run(["-m", "attention_lab.main", ...], cwd=REPO)
+"""
+
+import functools
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+BLOCKED = ("tensorflow", "tensorflow_datasets")
+
+SITECUSTOMIZE = f'''"""Written by tests/no_tensorflow.py: {", ".join(BLOCKED)} cannot be imported."""
+import sys
+
+
+class _NoTensorFlow:
+  """A meta-path finder that reports the blocked packages (and their submodules) missing."""
+
+  blocked = {BLOCKED!r}
+
+  @classmethod
+  def find_spec(cls, name, path=None, target=None):
+    if name.split(".", 1)[0] in cls.blocked:
+      raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by tests/no_tensorflow.py)",
+                                name=name)
+    return None
+
+
+sys.meta_path.insert(0, _NoTensorFlow)
+'''
+
+
+def write_sitecustomize(directory) -> pathlib.Path:
+  """Writes the blocking `sitecustomize.py` into `directory`; returns the directory."""
+  directory = pathlib.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
+  return directory
+
+
+@functools.cache
+def _default_directory() -> pathlib.Path:
+  return write_sitecustomize(tempfile.mkdtemp(prefix="no_tensorflow_"))
+
+
+def environ(directory=None, base=None) -> dict:
+  """`base` (default os.environ) with the blocking sitecustomize's folder first on PYTHONPATH
+  (written into `directory`, or a temporary folder made once per process)."""
+  base = dict(os.environ if base is None else base)
+  folder = write_sitecustomize(directory) if directory else _default_directory()
+  base["PYTHONPATH"] = os.pathsep.join(filter(None, (str(folder), base.get("PYTHONPATH"))))
+  return base
+
+
+def run(args, *, cwd=None, env=None, timeout=None, directory=None
+        ) -> subprocess.CompletedProcess:
+  """`python *args` (this interpreter) with TensorFlow unimportable; output captured as text
+  (stdout and stderr apart), never raising on a non-zero exit."""
+  return subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
+                        env=environ(directory, env), capture_output=True, text=True,
+                        timeout=timeout, check=False)
