@@ -37,6 +37,14 @@ class _NoTensorFlow:
 
 
 sys.meta_path.insert(0, _NoTensorFlow)
+
+# Where a package is absent, importlib.util.find_spec answers None rather than raising
+# (etils.epath asks it whether TensorFlow is installed).
+import importlib.util  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: (
+    None if name.split(".", 1)[0] in _NoTensorFlow.blocked else _find_spec(name, package))
 '''
 
 

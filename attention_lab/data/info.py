@@ -94,11 +94,9 @@ FACTS = {info.name: info for info in (
 
 
 def data_info(config) -> DataInfo:
-  """The DataInfo of `config.dataset.name`, with `config.dataset.channels` (when set > 0)
-  as the channels; ValueError naming `dataset.name` for a dataset without facts."""
+  """The DataInfo of `config.dataset.name`; ValueError naming `dataset.name` for a dataset
+  without facts."""
   name = config.dataset.name
   if name not in FACTS:
     raise ValueError(f"dataset.name = {name!r}: must be one of {sorted(FACTS)}")
-  info = FACTS[name]
-  channels = config.dataset.channels
-  return dataclasses.replace(info, channels=channels) if channels else info
+  return FACTS[name]

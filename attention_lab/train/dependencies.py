@@ -51,16 +51,19 @@ def resolve(config, workdir: str) -> dict:
   """{"init_from": the weights path (a config file's run trained into
   <workdir>/pretrained), "classifier": (the digits classifier in evaluation mode, its
   config)} for what `config` needs; {} for a run that needs nothing. A SIGTERM during an
-  upstream run leaves the request raised and returns what was resolved."""
+  upstream run leaves the request raised and returns what was resolved. A synthetic speed
+  run needs neither weights nor an evaluation: {}."""
   out = {}
+  if config.dataset.synthetic:
+    return out
   init_from = config.init_from
   if init_from and is_config_file(init_from):
     path = str(epath.Path(workdir) / "pretrained")
     if trained(_classification(init_from, "init_from"), path) is None:
       return out
     out["init_from"] = path
-  ev = config.eval
-  if config.task == "gan" and ev.features == "digits":
+  if config.task == "gan" and config.eval.features == "digits":
+    ev = config.eval
     classifier = _classification(ev.classifier_config, "eval.classifier_config")
     if classifier.dataset.name != "digits":
       raise ValueError(f"eval.classifier_config must be a digits classification config, got "

@@ -123,7 +123,7 @@ class Task(abc.ABC):
     whose backbone replaces the state's (`config.init_scope` "model": the whole model,
     from a run of the same model); else `state`."""
     path = self.env.dependencies.get("init_from") or self.config.init_from
-    if not path:
+    if not path or self.config.dataset.synthetic:  # a speed run: weights do not matter
       return state
     return backbone_weights.load_into(state, path,
                                       scope=self.config.init_scope)

@@ -32,7 +32,8 @@ class Classification(base.Task):
     super().__init__(config, env)
     info = data_info(config)
     self.num_classes = info.num_classes
-    self.image_shape = (config.dataset.image_size, config.dataset.image_size, info.channels)
+    channels = config.dataset.channels or info.channels  # e.g. grey digits as RGB
+    self.image_shape = (config.dataset.image_size, config.dataset.image_size, channels)
     self.label_smoothing = config.label_smoothing
     self.set_schedule(info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
