@@ -7,12 +7,16 @@ the segmenter's 214 initial arrays differ by one ulp in 3-5% of their entries), 
 tests compare with references under tolerances, never with numbers from
 experiments/results."""
 
+import importlib.metadata
 import os
 
+# The compile-time flags are XLA:CPU's of the jaxlib they were measured with; XLA aborts on a
+# flag it does not know, so another jaxlib (a lent GPU's image) runs without them.
+_CPU_COMPILE_FLAGS = (["--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"]
+                      if importlib.metadata.version("jaxlib").startswith("0.10.") else [])
 os.environ["XLA_FLAGS"] = " ".join([
     os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8",
-    "--xla_backend_optimization_level=0",
-    "--xla_cpu_use_fusion_emitters=false"]).strip()
+    *_CPU_COMPILE_FLAGS]).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL

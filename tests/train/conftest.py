@@ -19,7 +19,7 @@ def compilation_cache(tmp_path_factory):
   per xdist worker): they build many Trainers of the same tiny configs, and each program
   after its first compile is read from disk (milliseconds) instead of compiled again."""
   import jax  # pylint: disable=g-import-not-at-top
-  from jax._src import compilation_cache as jax_cache  # pylint: disable=g-import-not-at-top
+  from jax.experimental.compilation_cache import compilation_cache as jax_cache  # pylint: disable=g-import-not-at-top
   from attention_lab.train import compilation_cache as cache_lib  # pylint: disable=g-import-not-at-top
   names = ("jax_enable_compilation_cache", "jax_compilation_cache_dir",
            "jax_persistent_cache_min_compile_time_secs")

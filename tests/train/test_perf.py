@@ -181,7 +181,7 @@ def test_cache_off_with_an_empty_string_and_the_env_variable_overrides(
 # `python -m attention_lab.main`, counting the persistent cache's hits (printed at exit).
 COUNTING_MAIN = """
 import atexit, runpy, sys
-from jax._src import monitoring
+from jax import monitoring
 hits = []
 monitoring.register_event_listener(
     lambda event, **kw: hits.append(1) if event == "/jax/compilation_cache/cache_hits" else None)
