@@ -124,7 +124,8 @@ def compile_fn(fn: Callable, *args, donate_argnums=()):
   return compiled, accounting(compiled)
 
 
-def _sub_jaxprs(eqn):
+def sub_jaxprs(eqn):
+  """The jaxprs inside an equation (a scan's or a pjit's body, a cond's branches...)."""
   for value in eqn.params.values():
     for v in value if isinstance(value, (tuple, list)) else (value,):
       if isinstance(v, jax.extend.core.ClosedJaxpr):
@@ -148,7 +149,7 @@ def count_madd(jaxpr) -> int:
       total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs[d] for d in spec[1:])
     else:
       trips = eqn.params.get("length", 1) if name == "scan" else 1
-      total += trips * sum(count_madd(sub) for sub in _sub_jaxprs(eqn))
+      total += trips * sum(count_madd(sub) for sub in sub_jaxprs(eqn))
   return total
 
 
