@@ -5,9 +5,10 @@ config lists) and at most one size ("cpu": learns visibly on digits in a minute
 or two on a 2-core CPU; "tiny": a few steps, for tests).
 """
 
-import ml_collections
+import os
 
-from attention_lab.train import compilation_cache
+import ml_collections
+from etils import epath
 
 SIZES = ("cpu", "tiny")
 
@@ -139,11 +140,18 @@ def tiny(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return config
 
 
+def compilation_cache_dir() -> str:
+  """The configs' persistent compilation cache: $XDG_CACHE_HOME/attention_lab/
+  jax_compilation_cache, or under ~/.cache (a per-user directory)."""
+  base = epath.Path(os.environ.get("XDG_CACHE_HOME") or epath.Path("~/.cache").expanduser())
+  return str(base / "attention_lab" / "jax_compilation_cache")
+
+
 def run_options(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The fields every training config has for how a run executes, not what it learns:
   the persistent compilation cache ("" turns it off; JAX_COMPILATION_CACHE_DIR overrides
   it) and a profiler trace of steps (start, end) (() for none), by process 0 or by all."""
-  config.compilation_cache_dir = compilation_cache.default_dir()
+  config.compilation_cache_dir = compilation_cache_dir()
   config.profile_steps = ()
   config.profile_all_processes = False
   return config

@@ -15,7 +15,7 @@ from flax import nnx
 from attention_lab import cli
 from attention_lab.layers.augmented_conv import AugmentedConv
 from configs.efficiency import aa_table9
-from experiments import measure
+from experiments import measure, plots
 
 # The layers and the paper's columns are the memory table's: configs/efficiency/aa_table9.py.
 _CONFIG = aa_table9.get_config()
@@ -137,13 +137,22 @@ def markdown(r) -> str:
   return "\n".join(lines) + "\n"
 
 
+def plot(r, path):
+  """Parameters and FLOPS per stage: the paper's, ours and the nearest convention."""
+  k, m = (lambda key: [v / 1e3 for v in r[key]]), (lambda key: [v / 1e6 for v in r[key]])
+  return plots.grouped_bars(path, "AA Table 9 per attention layer of AA-ResNet-50", r["stages"], [
+      ("parameters (k)", {"paper": k("paper_params"), "ours (dk = κ·Fout)": k("ours_params"),
+                          "convs, dk = 160": k("convention_params")}),
+      ("FLOPS (M)", {"paper": m("paper_flops"), "ours (whole AA layer MAdd)": m("ours_flops"),
+                     "nearest convention": m("convention_flops")})])
+
+
 def main(argv):
   if len(argv) > 1:
     cli.fail(f"unexpected arguments {argv[1:]}; this command takes no arguments")
-  from experiments import plots  # pylint: disable=g-import-not-at-top
   record = counts()
   print(measure.write(measure.RESULTS, "aa_table9_counts", record, markdown(record)))
-  plots.draw("aa_table9_counts", record)
+  plot(record, measure.RESULTS / "aa_table9_counts.png")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from flax import nnx
 
 from attention_lab import layers, ops
 from experiments import efficiency_fused as fused_lib
-from experiments import measure
+from experiments import measure, plots
 
 KB, MIB = 1024, 2**20
 
@@ -129,3 +129,18 @@ def markdown(config, result, machine: str) -> str:
       f"{kb(r['fused']['infer']['temp_bytes'])} / {kb(r['fused']['train']['temp_bytes'])} KB")},
       fused)
   return "\n".join(lines) + "\n"
+
+
+def plot(config, result, path, machine: str) -> str:
+  """Attention-map memory per layer: the paper's arithmetic, ours and XLA's temporaries."""
+  del config, machine
+  rows = result["rows"]
+  plots.grouped_bars(path, "AA Table 9: attention-map memory per layer", [r["stage"] for r in rows],
+                     [("KB per layer (log)", {
+                         "paper: Nh·(HW)² bf16": [r["maps_bf16_bytes"] / 1024 for r in rows],
+                         "ours: Nh·(HW)² f32": [r["maps_f32_bytes"] / 1024 for r in rows],
+                         "XLA temp, op inference": [r["op_infer"]["temp_bytes"] / 1024
+                                                    for r in rows],
+                         "XLA temp, op training": [r["op_train"]["temp_bytes"] / 1024
+                                                   for r in rows]})], log=True)
+  return plots.link("Plot (per layer, log scale)", path)

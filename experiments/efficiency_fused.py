@@ -2,18 +2,13 @@
 
 GPU: cuDNN flash attention (rules of jax/_src/cudnn/fused_attention_stablehlo.py); TPU: the
 Pallas flash kernel, lengths padded to its 128 blocks and masked; CPU: none.
-`replaced_regular_attention()` runs `ops.dot_product_attention`'s softmax form with the kernel
-while programs are traced, so layers and networks are measured with it unchanged.
+`regular_attention(kernel)` is `ops.dot_product_attention`'s softmax form through the kernel,
+the `attention_fn` a GlobalAttention (and a network, through its `attention_kwargs`) takes.
 """
-
-import contextlib
-import functools
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
 
-from attention_lab import ops
 from attention_lab.ops import attention as attention_ops
 
 LABELS = {"cudnn": "Attn (cuDNN flash)", "pallas": "Attn (Pallas flash)"}
@@ -107,29 +102,17 @@ def fused_attention(kernel: str):
   return KERNEL_FUNCTIONS[kernel]
 
 
-@contextlib.contextmanager
-def replaced_regular_attention(kernel: str):
-  """While active, `ops.dot_product_attention`'s softmax form runs `kernel` (query chunks are
-  moot: a flash kernel never forms the logits); a call the rules exclude raises
-  NotImplementedError with the reason. Trace caches are cleared on entry and exit."""
-  original = ops.dot_product_attention
-  attend = fused_attention(kernel)
-
-  @functools.wraps(original)
-  def replaced(q, k, v, *, scale=None, bias=None, normalization="softmax",
-               query_chunk_size=None):
-    if normalization != "softmax":
-      return original(q, k, v, scale=scale, bias=bias, normalization=normalization,
-                      query_chunk_size=query_chunk_size)
+def regular_attention(kernel: str):
+  """`ops.dot_product_attention`'s softmax form (q, k, v, *, scale, bias, query_chunk_size)
+  through `kernel` (query chunks are moot: a flash kernel never forms the logits); a call the
+  kernel's rules exclude raises NotImplementedError with the reason, when it is traced."""
+  def attend(q, k, v, *, scale=None, bias=None, query_chunk_size=None):
+    del query_chunk_size
     attention_ops.check_qkv(q, k, v)
     reason = unsupported_reason(kernel, q, k, v, bias=bias)
     if reason:
       raise NotImplementedError(reason)
-    return attend(q, k, v, scale=attention_ops.default_scale(q, scale), bias=bias)
+    return fused_attention(kernel)(q, k, v, scale=attention_ops.default_scale(q, scale),
+                                   bias=bias)
 
-  jax.clear_caches()
-  try:
-    with mock.patch.object(ops, "dot_product_attention", replaced):
-      yield
-  finally:
-    jax.clear_caches()
+  return attend

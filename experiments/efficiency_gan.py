@@ -11,7 +11,7 @@ from flax import nnx
 
 import attention_lab.models.sagan  # noqa: F401  (registers sagan_generator / sagan_discriminator)
 from attention_lab import devices, models
-from experiments import measure
+from experiments import measure, plots
 from experiments.measure import GIB, LABELS, MB
 
 ATTENTION = {"sagan": "sa", "isagan": "refined", "sgan": "conv"}
@@ -181,3 +181,21 @@ def markdown(config, result, machine: str) -> str:
         "GiB by batch": lambda r: ", ".join(
             f"{p['batch']}: {p['total_bytes'] / GIB:.2f}" for p in r["probes"])}, searches)
   return "\n".join(lines) + "\n"
+
+
+def plot(config, result, path, machine: str) -> str | None:
+  """isa_tables: speed-ups and largest batches, ours beside the paper's; no plot for the others."""
+  del machine
+  if config.table != "isa_tables":
+    return None
+  rows = result["rows"]
+  base = rows[0]["paper"]
+  largest = lambda v: float(str(v).replace("≥", "").strip())
+  plots.grouped_bars(path, "Refined-SA Tables 2-3", [r["variant"].upper() for r in rows], [
+      (f"{what} speed-up over SAGAN", {"paper": [base[i] / r["paper"][i] for r in rows],
+                                       "ours": [r[key]["speedup"] for r in rows]})
+      for i, what, key in ((0, "forward", "forward"), (1, "backward", "train"))] + [
+          ("largest batch (paper: 11 GB GPU; ours: 11 GiB)", {
+              "paper": [largest(r["paper"][2]) for r in rows],
+              "ours": [r["largest_batch"] or 0 for r in rows]})])
+  return plots.link("Plot (ours beside the paper's; paper's ≥ 1024 drawn at 1024)", path)

@@ -1,14 +1,13 @@
 """Ham Table 3: SA, the A² block and the Hamburger (CD, NMF) on one feature map, inference and
 training (forward + backward), with XLA flops counting every solver step."""
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_lab import layers
 from experiments import efficiency_fused as fused_lib
-from experiments import measure
+from experiments import measure, plots
 from experiments.measure import LABELS, MB
 
 
@@ -32,19 +31,22 @@ class DoubleAttention(nnx.Module):
     return x + self.out(z.reshape(b, h, w, -1))
 
 
-def build_module(name: str, channels: int, config):
-  """The context modules of Ham Table 3 at `channels` input channels."""
-  from attention_lab import layers  # pylint: disable=g-import-not-at-top
+def build_module(name: str, channels: int, config, *, kernel: str | None = None,
+                 unroll: bool = False):
+  """The context modules of Ham Table 3 at `channels` input channels. `kernel`: SA's regular
+  attention through the device's fused kernel (`efficiency_fused.regular_attention`); `unroll`:
+  the Hamburger's solver loops unrolled, so XLA's flops count every step."""
   rngs = nnx.Rngs(0)
   if name == "sa":
+    fused = {"attention_fn": fused_lib.regular_attention(kernel)} if kernel else {}
     return layers.GlobalAttention(channels, "softmax", num_heads=1, project="qkv",
-                                  out_features=channels, rngs=rngs)
+                                  out_features=channels, rngs=rngs, **fused)
   if name == "a2":
     return DoubleAttention(channels, config.a2_features, config.a2_features, rngs=rngs)
   if name in ("ham_cd", "ham_nmf"):
     return layers.Hamburger(channels, ham=name[4:], dim=config.ham_dim, rank=config.ham_rank,
                             train_steps=config.ham_steps, eval_steps=config.ham_steps,
-                            rngs=rngs)
+                            unroll=unroll, rngs=rngs)
   raise ValueError(f"unknown module {name!r}")
 
 
@@ -53,10 +55,9 @@ def _x(config, side, channels):
 
 
 def ham_flops(name, channels, side, config, program: str) -> float:
-  """XLA flops of a Hamburger with every solver step counted (loops unrolled for counting)."""
-  model = build_module(name, channels, config)
-  with measure.unrolled_loops():
-    return measure.layer_program(model, program, _x(config, side, channels))[1]["xla_flops"]
+  """XLA flops of a Hamburger with every solver step counted (its loops unrolled)."""
+  model = build_module(name, channels, config, unroll=True)
+  return measure.layer_program(model, program, _x(config, side, channels))[1]["xla_flops"]
 
 
 def _fused_module(config) -> tuple[str | None, str | None]:
@@ -74,20 +75,20 @@ def run(config) -> dict:
   x = _x(config, config.side, config.channels)
   for name in list(config.modules) + (["sa_fused"] if kernel and not fused_reason else []):
     base_name = name.removesuffix("_fused")
-    model = build_module(base_name, config.channels, config)
+    model = build_module(base_name, config.channels, config,
+                         kernel=kernel if name != base_name else None)
     row = rows[name] = dict(module=name, size=f"{config.batch}×{config.side}²×{config.channels}",
                             params=measure.params_of(model), paper=config.paper.get(name))
     for program in ("infer", "train"):
-      with (fused_lib.replaced_regular_attention(kernel) if name != base_name
-            else contextlib.nullcontext()):
-        fn, row[program], compiled, args = measure.layer_program(model, program, x)
+      fn, row[program], compiled, args = measure.layer_program(model, program, x)
       row[program]["xla_flops_loop_corrected"] = (
           ham_flops(name, config.channels, config.side, config, program)
           if name.startswith("ham") and config.ham_loop_corrected_flops
           else row[program]["xla_flops"])
       programs[(name, program)] = (compiled, measure.concrete(args))
-      if program == "infer":
-        row["madd"] = measure.madd_of(fn, *args) / config.batch
+      if program == "infer":  # the fused row counts the regular SA's (one kernel call)
+        row["madd"] = (measure.madd_of(fn, *args) / config.batch if name == base_name
+                       else rows[base_name]["madd"])
   measure.time_programs(rows, programs, config)
   regular = [n for n in (config.baseline, "sa_fused") if n in rows]
   for r in rows.values():
@@ -141,3 +142,9 @@ def markdown(config, result, machine: str) -> str:
     lines += ["", f"{why}; the speed-ups are against XLA's SA."]
   lines += measure.sweep_lines(config, result["sweep"], "inference")
   return "\n".join(lines) + "\n"
+
+
+def plot(config, result, path, machine: str) -> None:
+  """The sweep's plot (its link is in the sweep's section)."""
+  if result.get("sweep"):
+    plots.sweep_plot(config, result["sweep"], path, LABELS, machine)

@@ -3,17 +3,25 @@ donated: XLA memory at the paper's batch (compiled, never run) and time side by 
 `time_batch` (0: memory only). SAO Table 5 (classification: cross-entropy, SGD momentum 0.9)
 and SAO Table 7's memory (`config.patch`: restoration, L1 on volumes, Adam)."""
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from attention_lab import models
 from experiments import efficiency_fused as fused_lib
-from experiments import measure
+from experiments import measure, plots
 
 UNITS = {"GB": 1e9, "GiB": measure.GIB}
+
+
+def _overrides(net) -> dict:
+  """The net's model overrides; with `fused` (a kernel), its GlobalAttentions' regular attention
+  through that kernel (`attention_kwargs`, which replace the registry's)."""
+  overrides = dict(net.get("overrides", {}))
+  if net.get("fused"):
+    overrides["attention_kwargs"] = {**dict(overrides.get("attention_kwargs") or {}),
+                                     "attention_fn": fused_lib.regular_attention(net["fused"])}
+  return overrides
 
 
 def _step(net, config, abstract: bool):
@@ -27,8 +35,7 @@ def _step(net, config, abstract: bool):
     tx = optax.sgd(config.learning_rate, momentum=0.9)
     loss = lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
         logits, labels).mean()
-  build = lambda rngs: models.create(net["model"], rngs=rngs,
-                                     **{**kwargs, **dict(net.get("overrides", {}))})
+  build = lambda rngs: models.create(net["model"], rngs=rngs, **{**kwargs, **_overrides(net)})
   return measure.train_step(build, tx, loss, abstract=abstract)
 
 
@@ -47,17 +54,15 @@ def _batch(config, batch: int, abstract: bool):
 def _measure(net, config):
   """(XLA accounting at the paper's batch, donated; (compiled, args) at `time_batch` or None:
   nothing donated, so one set of arguments serves every timed call; parameter count)."""
-  with (fused_lib.replaced_regular_attention(net["fused"]) if net.get("fused")
-        else contextlib.nullcontext()):
-    step, state = _step(net, config, abstract=True)
-    memory = measure.compile_fn(step, state, *_batch(config, config.paper_batch, True),
-                                donate_argnums=0)[1]
-    params = sum(x.size for x in jax.tree.leaves(state["params"]))
-    if not config.time_batch:
-      return memory, None, params
-    step, state = _step(net, config, abstract=False)
-    args = (state, *_batch(config, config.time_batch, False))
-    return memory, (measure.compile_fn(step, *args)[0], args), params
+  step, state = _step(net, config, abstract=True)
+  memory = measure.compile_fn(step, state, *_batch(config, config.paper_batch, True),
+                              donate_argnums=0)[1]
+  params = sum(x.size for x in jax.tree.leaves(state["params"]))
+  if not config.time_batch:
+    return memory, None, params
+  step, state = _step(net, config, abstract=False)
+  args = (state, *_batch(config, config.time_batch, False))
+  return memory, (measure.compile_fn(step, *args)[0], args), params
 
 
 def run(config) -> dict:
@@ -138,3 +143,18 @@ def markdown(config, result, machine: str) -> str:
     lines += ["", f"Performance goal: {goal['what']}: measured {goal['ratio']:.3f}× — "
               f"{'met' if goal['met'] else 'NOT met'}."]
   return "\n".join(lines) + "\n"
+
+
+def plot(config, result, path, machine: str) -> str | None:
+  """sao_table5: memory and time ratios, ours beside the paper's; no plot for the others."""
+  del machine
+  if config.table != "sao_table5":
+    return None
+  rows = result["rows"]
+  plots.grouped_bars(
+      path, "SAO Table 5: training-step memory and time (ratios)",
+      [f"{r['label']}\n({r['comparison'].split(' (')[0]})" for r in rows],
+      [(f"{what} ratio to the baseline", {"paper": [r.get(f"paper_{what}_ratio") for r in rows],
+                                          "ours": [r[f"{what}_ratio"] for r in rows]})
+       for what in ("memory", "time")], rotate=60)
+  return plots.link("Plot (ratios, ours beside the paper's)", path)

@@ -1,5 +1,6 @@
 """The one efficiency harness of experiments/: XLA accounting, MAdd, programs, interleaved
-timing, and the markdown / json output with the machine line. Defines no flags (tables import it).
+timing, and the markdown / json output with the machine line. Defines no flags (tables import it)
+and imports no other module of experiments/.
 """
 
 import contextlib
@@ -11,7 +12,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,6 @@ from absl import app
 from flax import nnx
 
 from attention_lab import cli
-from experiments.model_stats import count_madd
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 MB = 1e6
@@ -125,21 +124,33 @@ def compile_fn(fn: Callable, *args, donate_argnums=()):
   return compiled, accounting(compiled)
 
 
-@contextlib.contextmanager
-def unrolled_loops():
-  """Traces static `lax.fori_loop`s unrolled: XLA's flops count a loop body once, whatever its
-  trip count. Trace caches are cleared on entry and exit (a cached looped trace would be reused)."""
-  def unrolled(lower, upper, body, init, **_):
-    for i in range(lower, upper):
-      init = body(i, init)
-    return init
+def sub_jaxprs(eqn):
+  """The jaxprs inside an equation (a scan's or a pjit's body, a cond's branches...)."""
+  for value in eqn.params.values():
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(v, jax.extend.core.ClosedJaxpr):
+        yield v.jaxpr
+      elif isinstance(v, jax.extend.core.Jaxpr):
+        yield v
 
-  jax.clear_caches()
-  try:
-    with mock.patch.object(jax.lax, "fori_loop", unrolled):
-      yield
-  finally:
-    jax.clear_caches()
+
+def count_madd(jaxpr) -> int:
+  """Multiply-adds of every dot_general and conv_general_dilated in a jaxpr (recursive; a
+  scan's body × its length)."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs = eqn.invars[0].aval.shape
+      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contract)
+    elif name == "conv_general_dilated":  # kernel (out, in, *spatial): in × spatial per output
+      rhs, spec = eqn.invars[1].aval.shape, eqn.params["dimension_numbers"].rhs_spec
+      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs[d] for d in spec[1:])
+    else:
+      trips = eqn.params.get("length", 1) if name == "scan" else 1
+      total += trips * sum(count_madd(sub) for sub in sub_jaxprs(eqn))
+  return total
 
 
 def madd_of(fn: Callable, *args) -> int:

@@ -18,6 +18,7 @@ from flax import nnx
 from attention_lab import cli, models
 from attention_lab.models import segmentation  # noqa: F401  (registers the names)
 from configs.hamburger import ade20k_hamnet
+from experiments import measure, plots
 
 KERNEL_NAMES = ("kernel", "w")
 _IMAGENET = dict(input=(224, 224, 3), classes=1000)
@@ -108,36 +109,8 @@ def count_params(model) -> tuple[int, int]:
   return sum(s for _, s in sizes), sum(s for n, s in sizes if n in KERNEL_NAMES)
 
 
-def _sub_jaxprs(eqn):
-  for value in eqn.params.values():
-    for v in value if isinstance(value, (tuple, list)) else (value,):
-      if isinstance(v, jax.extend.core.ClosedJaxpr):
-        yield v.jaxpr
-      elif isinstance(v, jax.extend.core.Jaxpr):
-        yield v
-
-
-def count_madd(jaxpr) -> int:
-  """Multiply-adds of every dot_general and conv_general_dilated in a jaxpr (recursive)."""
-  total = 0
-  for eqn in jaxpr.eqns:
-    name = eqn.primitive.name
-    if name == "dot_general":
-      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-      lhs = eqn.invars[0].aval.shape
-      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contract)
-    elif name == "conv_general_dilated":  # kernel (out, in, *spatial): in × spatial per output
-      rhs, spec = eqn.invars[1].aval.shape, eqn.params["dimension_numbers"].rhs_spec
-      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs[d] for d in spec[1:])
-    else:
-      trips = eqn.params.get("length", 1) if name == "scan" else 1
-      total += trips * sum(count_madd(sub) for sub in _sub_jaxprs(eqn))
-  return total
-
-
 def _eval_forward(model):
   """(pure forward(state, x) in evaluation mode, its state) of a copy: `model` keeps its mode."""
-  from experiments import measure  # pylint: disable=g-import-not-at-top
   return measure.inference_fn(nnx.merge(*nnx.split(model)))
 
 
@@ -145,12 +118,11 @@ def forward_madd(model, input_shape) -> int:
   """MAdd of one forward pass at batch 1, from the traced jaxpr alone (no compilation)."""
   forward, state = _eval_forward(model)
   x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
-  return count_madd(jax.make_jaxpr(forward)(state, x).jaxpr)
+  return measure.madd_of(forward, state, x)
 
 
 def classification() -> list[dict]:
   """A record per row of TABLES; beside the MAdd, XLA's flops/2 (norms, activations too)."""
-  from experiments import measure  # pylint: disable=g-import-not-at-top
   records = []
   for title, table in TABLES.items():
     x = jax.ShapeDtypeStruct((1, *table["input"]), jnp.float32)
@@ -159,18 +131,22 @@ def classification() -> list[dict]:
       (total, kernels), (forward, state) = count_params(model), _eval_forward(model)
       records.append(dict(table=title, label=label, model=name, params_all=total,
                           params_paper_convention=kernels, paper_params=paper_params,
-                          madd=count_madd(jax.make_jaxpr(forward)(state, x).jaxpr),
+                          madd=measure.madd_of(forward, state, x),
                           xla_flops_half=measure.compile_fn(forward, state, x)[1]["xla_flops"] / 2,
                           paper_madd=paper_madd))
       print(records[-1], flush=True)
   return records
 
 
+def _ours_params(record) -> int:
+  """The parameter count by the record's paper's convention."""
+  return record["params_all" if TABLES[record["table"]].get("params") == "all"
+                else "params_paper_convention"]
+
+
 def classification_md(records) -> str:
-  from experiments import measure  # pylint: disable=g-import-not-at-top
   delta = lambda ours, paper: "" if paper is None else f"{100 * (ours - paper) / paper:+.2f}%"
-  ours = lambda r: r["params_all" if TABLES[r["table"]].get("params") == "all"
-                     else "params_paper_convention"]
+  ours = _ours_params
   millions = lambda key, spec=".1f": lambda r: measure.fmt(r[key] and r[key] / 1e6, spec, "m")
   columns = {"model": lambda r: r["label"], "registry name": lambda r: f"`{r['model']}`",
              "params (all)": lambda r: f"{r['params_all']:,}",
@@ -203,7 +179,6 @@ def segmentation_models() -> list[dict]:
 
 
 def segmentation_md(records) -> str:
-  from experiments import measure  # pylint: disable=g-import-not-at-top
   return "\n".join([
       "# Segmentation models: parameters and MAdd at 513×513", "",
       "All trainable parameters (BN included); MAdd of convolutions and dot products at batch "
@@ -218,19 +193,44 @@ def segmentation_md(records) -> str:
       "(segmentation_models.png)", ""])
 
 
+def classification_plot(records, path):
+  """Ours − paper (%) of the parameters and MAdd, per row with a paper number."""
+  rows = [r for r in records if r["paper_params"] is not None or r["paper_madd"] is not None]
+  delta = lambda ours, paper: None if paper is None else 100 * (ours - paper) / paper
+  return plots.delta_bars(
+      path, "Model counts: ours − paper (dashed: ±3%; red: beyond)",
+      [f"{r['label'].split(' (')[0]} [{r['table'].split(' (')[0]}]" for r in rows],
+      [("parameters Δ (%)", [delta(_ours_params(r), r["paper_params"]) for r in rows]),
+       ("MAdd Δ (%)", [delta(r["madd"], r["paper_madd"]) for r in rows])])
+
+
+def segmentation_plot(records, path):
+  """Parameters (ours beside the paper's) and MAdd per model."""
+  return plots.grouped_bars(
+      path, "Segmentation models at 513×513",
+      [r["model"].split(" (")[0].split(" — ")[0] for r in records],
+      [("parameters (M)", {"ours": [r["params"] / 1e6 for r in records],
+                           "paper": [r["paper_params"] and r["paper_params"] / 1e6
+                                     for r in records]}),
+       ("MAdd (G)", {"ours": [r["madd"] / 1e9 for r in records]})], rotate=30)
+
+
+# Per argument: (results stem, count, markdown, plot).
+COMMANDS = {"classification": ("model_stats", classification, classification_md,
+                                classification_plot),
+            "segmentation": ("segmentation_models", segmentation_models, segmentation_md,
+                             segmentation_plot)}
+
+
 def main(argv):
-  from experiments import measure, plots  # pylint: disable=g-import-not-at-top
-  tables = {"classification": ("model_stats", classification, classification_md),
-            "segmentation": ("segmentation_models", segmentation_models, segmentation_md)}
-  if len(argv) > 2 or argv[1:] and argv[1] not in tables:
+  if len(argv) > 2 or argv[1:] and argv[1] not in COMMANDS:
     cli.fail(f"unexpected arguments {argv[1:]}; the one argument is optional: "
-             f"{' or '.join(tables)} (default classification)")
-  stem, count, markdown = tables[argv[1] if len(argv) > 1 else "classification"]
+             f"{' or '.join(COMMANDS)} (default classification)")
+  stem, count, markdown, plot = COMMANDS[argv[1] if len(argv) > 1 else "classification"]
   records = count()
   measure.write(measure.RESULTS, stem, records, markdown(records))
-  plots.draw(stem, records)
+  plot(records, measure.RESULTS / f"{stem}.png")
 
 
 if __name__ == "__main__":
-  from experiments import measure as _measure  # pylint: disable=g-import-not-at-top
-  _measure.run(main)
+  measure.run(main)

@@ -27,7 +27,7 @@ import numpy as np
 from flax import nnx
 
 from attention_lab import layers, ops
-from experiments import efficiency, efficiency_modules, measure
+from experiments import efficiency_modules, efficiency_operators, measure
 
 GIB, MB, S, LABELS = measure.GIB, measure.MB, jax.ShapeDtypeStruct, measure.LABELS
 ABOUT = ("Times: medians of {repeats} interleaved samples after warm-up in one run; memory: XLA "
@@ -61,11 +61,6 @@ def _times_and_rate(programs, config) -> tuple:
   times = {k: t["time_s"] for k, t in
            measure.time_side_by_side(programs, config.repeats, 0.0).items()}
   return times, 2.0 * config.matmul_size ** 3 / times["matmul"]
-
-
-def _unrolled_flops(fn, *args) -> float:
-  with measure.unrolled_loops():  # every solver step counted
-    return measure.compile_fn(fn, *args)[1]["xla_flops"]
 
 
 def table_ratios(config) -> dict:
@@ -122,7 +117,8 @@ def hardware(config) -> dict:
   for name, (batch, side, channels) in (("sao", config.sao_size), ("kao_qkv", config.kao_size)):
     x = jax.random.normal(jax.random.key(0), (batch, side, side, 1, channels), jnp.float32)
     r, programs = {"size": f"{batch}×{side}²×{channels}", "hlo": {}}, {}
-    for key, fn in (("library", efficiency.OPERATORS[name]), ("pass", efficiency.elementwise_pass)):
+    for key, fn in (("library", efficiency_operators.OPERATORS[name]),
+                    ("pass", efficiency_operators.elementwise_pass)):
       compiled, acct = measure.compile_fn(fn, x)
       programs[key] = (compiled, (x,))
       r[f"{key}_bytes_accessed"] = acct["xla_bytes_accessed"]
@@ -158,9 +154,11 @@ def ham_floor(config) -> dict:
   """Goal 3: Ham NMF inference and its pieces timed beside a matmul (the compute rate)."""
   c = config.ham
   x = jax.random.uniform(jax.random.key(0), (1, c.side, c.side, c.channels), jnp.float32)
-  fn, acct, compiled, args = measure.layer_program(
+  _, acct, compiled, args = measure.layer_program(
       efficiency_modules.build_module("ham_nmf", c.channels, c), "infer", x)
-  flops = _unrolled_flops(fn, *args)
+  flops = measure.layer_program(  # every solver step counted
+      efficiency_modules.build_module("ham_nmf", c.channels, c, unroll=True), "infer", x)[1][
+          "xla_flops"]
   programs = {"layer": (compiled, args)}
   n, d, r = c.side * c.side, c.ham_dim, c.ham_rank
   tok = jax.random.uniform(jax.random.key(1), (1, n, d), jnp.float32)
@@ -310,14 +308,15 @@ def ham_official(config) -> dict:
   device = "cuda" if torch.cuda.is_available() else "cpu"
   xt = torch.from_numpy(np.array(jnp.moveaxis(x, 3, 1))).to(device)
 
-  def ours(x, reconstruct):
-    b, codes = ops.nmf(x.reshape(1, side * side, d), draw(), steps=steps)
+  def ours(x, reconstruct, unroll=False):
+    b, codes = ops.nmf(x.reshape(1, side * side, d), draw(), steps=steps, unroll=unroll)
     return (codes @ jnp.swapaxes(b, 1, 2)).reshape(x.shape) if reconstruct else (b, codes)
 
   programs, flops, variants = {}, {}, {"": True, "_factors": False}  # key suffix: reconstruct
   for k, reconstruct in variants.items():
     fn = functools.partial(ours, reconstruct=reconstruct)
-    programs["ours" + k], flops[k] = (measure.compile_fn(fn, x)[0], (x,)), _unrolled_flops(fn, x)
+    programs["ours" + k] = (measure.compile_fn(fn, x)[0], (x,))
+    flops[k] = measure.compile_fn(functools.partial(fn, unroll=True), x)[1]["xla_flops"]
     programs["official" + k] = (functools.partial(
         _official_nmf2d, torch, rank=r, steps=steps, reconstruct=reconstruct), (xt,))
   theirs = _official_nmf2d(  # the same values from the same bases
@@ -445,3 +444,8 @@ def markdown(config, result, machine_line: str) -> str:
     else:
       lines += render(config, result[name]) + [""]
   return "\n".join(lines)
+
+
+def plot(config, result, path, machine: str) -> None:
+  """No plot: the goals are tables."""
+  del config, result, path, machine

@@ -100,13 +100,16 @@ class Hamburger(nnx.Module):
     without: components to remove (Ham Table 2): "ham" (breads only: upper(lower(x))),
       "upper" and / or "lower" (that bread removed; needs dim == in_features).
     dtype: compute dtype of the convolutions (the ham itself runs in float32).
+    unroll: the solver's loops traced as Python loops (`ops.nmf`'s `unroll`): the same
+      function, a program in which XLA's cost_analysis counts every solver step.
   """
 
   def __init__(self, in_features: int, *, ham: str = "nmf", dim: int = 512, rank: int = 64,
                groups: int = 1, init: str = "random", train_steps: int = 6,
                eval_steps: int = 7, gradient: str | None = None, temperature: float = 0.01,
                beta: float = 0.1, online_momentum: float = 0.9, norm_momentum: float = 0.9,
-               without: tuple[str, ...] = (), dtype=None, rngs: nnx.Rngs):
+               without: tuple[str, ...] = (), dtype=None, unroll: bool = False,
+               rngs: nnx.Rngs):
     without = tuple(without)
     if not set(without) <= {"ham", "upper", "lower"}:
       raise ValueError(f"without must hold only 'ham', 'upper', 'lower', got {without!r}")
@@ -132,6 +135,7 @@ class Hamburger(nnx.Module):
     self.ham, self.rank, self.groups, self.init = ham, rank, groups, init
     self.gradient, self.train_steps, self.eval_steps = gradient, train_steps, eval_steps
     self.temperature, self.beta, self.online_momentum = temperature, beta, online_momentum
+    self.unroll = unroll
     self.deterministic = False
     self.record_attention = False  # see `recording`
     # The 1×1 convolutions as Linear maps over the channel axis: the same function and
@@ -163,13 +167,14 @@ class Hamburger(nnx.Module):
   def _decompose(self, tokens, bases, steps):
     """(bases (B', d', r), codes (B', N, r)) of tokens (B', N, d') from initial bases."""
     if self.ham == "nmf":
-      bases, codes = ops.nmf(tokens, bases, steps=steps, gradient=self.gradient)
+      bases, codes = ops.nmf(tokens, bases, steps=steps, gradient=self.gradient,
+                             unroll=self.unroll)
     elif self.ham == "vq":
       bases, codes = ops.soft_vq(tokens, bases, steps=steps, temperature=self.temperature,
-                                 gradient=self.gradient)
+                                 gradient=self.gradient, unroll=self.unroll)
     else:
       bases, codes = ops.soft_cd(tokens, bases, steps=steps, temperature=self.temperature,
-                                 beta=self.beta, gradient=self.gradient)
+                                 beta=self.beta, gradient=self.gradient, unroll=self.unroll)
     return bases, codes
 
   def __call__(self, x):

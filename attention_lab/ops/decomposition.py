@@ -17,6 +17,10 @@ the backward pass costs one codes update, whatever `steps`. gradient="bptt"
 differentiates every update (the mmseg LightHam head, which drops the
 `no_grad`). The returned values never depend on `gradient`.
 
+The loops are `lax.fori_loop`s; `unroll=True` traces them as Python loops
+instead: the same values, a program that grows with `steps`, in which XLA's
+cost_analysis counts every step (it counts a loop body once).
+
 Choices from the reference code (the paper leaves them open): codes start as
 softmax(inv_t·x·bases) over R with inv_t = 1 for NMF (VQ and CD never read
 their initial codes); NMF multiplicative updates use eps = 1e-6 in the
@@ -41,8 +45,17 @@ _X_NORM_EPS = 1e-12  # floor of the tokens' norm in the loops (F.normalize's def
 _MASS_EPS = 1e-6  # added to the codes' mass over the tokens (VQ, CD)
 
 
+def _repeat(count: int, body: Callable, state, unroll: bool):
+  """`lax.fori_loop(0, count, body, state)`; with unroll, `count` calls of body traced in turn."""
+  if not unroll:
+    return lax.fori_loop(0, count, body, state)
+  for i in range(count):
+    state = body(i, state)
+  return state
+
+
 def fixed_point_iterate(step: Callable, state, operands=(), *, steps: int,
-                        gradient: str = "one_step"):
+                        gradient: str = "one_step", unroll: bool = False):
   """Applies `state = step(state, *operands)` `steps` times.
 
   gradient="bptt": a differentiable loop (reverse mode stores every
@@ -60,15 +73,15 @@ def fixed_point_iterate(step: Callable, state, operands=(), *, steps: int,
     operands: tuple of arrays the step reads (e.g. the input x).
     steps: number of applications, ≥ 1.
     gradient: "one_step" or "bptt".
+    unroll: a Python loop instead of `lax.fori_loop` (see the module docstring).
   """
   _checks.check_positive("steps", steps, integer=True)
   _checks.check_choice("gradient", gradient, GRADIENTS)
   operands = tuple(operands)
   if gradient == "bptt":
-    return lax.fori_loop(0, steps, lambda _, s: step(s, *operands), state)
+    return _repeat(steps, lambda _, s: step(s, *operands), state, unroll)
   frozen = lax.stop_gradient(operands)
-  state = lax.fori_loop(0, steps - 1, lambda _, s: step(s, *frozen),
-                        lax.stop_gradient(state))
+  state = _repeat(steps - 1, lambda _, s: step(s, *frozen), lax.stop_gradient(state), unroll)
   return step(state, *operands)
 
 
@@ -121,7 +134,7 @@ def _tokens_t_codes(x, codes):
   return jnp.swapaxes(jnp.einsum("bnr,bnd->brd", codes, x), 1, 2)
 
 
-def _loop_then_final(update, final, state, operands, *, steps, gradient):
+def _loop_then_final(update, final, state, operands, *, steps, gradient, unroll):
   """`steps` applications of `update`, then `final(state, *operands)` (the codes).
 
   gradient="one_step": the loop sees only `stop_gradient` copies of state and
@@ -133,9 +146,10 @@ def _loop_then_final(update, final, state, operands, *, steps, gradient):
   if gradient == "one_step":
     state = lax.stop_gradient(fixed_point_iterate(
         update, lax.stop_gradient(state), lax.stop_gradient(operands), steps=steps,
-        gradient="bptt"))
+        gradient="bptt", unroll=unroll))
   else:
-    state = fixed_point_iterate(update, state, operands, steps=steps, gradient="bptt")
+    state = fixed_point_iterate(update, state, operands, steps=steps, gradient="bptt",
+                                unroll=unroll)
   return state, final(state, *operands)
 
 
@@ -144,7 +158,7 @@ def _loop_then_final(update, final, state, operands, *, steps, gradient):
 _NMF_BLOCK_TOKENS = 2048
 
 
-def _nmf_step(x, bases, codes, *, eps, initial):
+def _nmf_step(x, bases, codes, *, eps, initial, unroll):
   """One multiplicative (codes, bases) step of Alg. 2 as a single pass over x.
 
   For each block of tokens x_i: codes_i ← codes_i ⊙ (x_i bases) / (codes_i
@@ -176,7 +190,7 @@ def _nmf_step(x, bases, codes, *, eps, initial):
 
   rank = bases.shape[-1]
   carry = (codes, jnp.zeros((b, rank, d), x.dtype), jnp.zeros((b, rank, rank), x.dtype))
-  codes, num, cc = body(0, carry) if full == 1 else lax.fori_loop(0, full, body, carry)
+  codes, num, cc = body(0, carry) if full == 1 else _repeat(full, body, carry, unroll)
   if full * size < n:  # the last, shorter block
     codes_i, num_i, cc_i = block(x[:, full * size:], codes[:, full * size:])
     codes = lax.dynamic_update_slice_in_dim(codes, codes_i, full * size, axis=1)
@@ -185,7 +199,7 @@ def _nmf_step(x, bases, codes, *, eps, initial):
   return bases, codes
 
 
-def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step"):
+def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step", unroll=False):
   """Non-negative matrix factorisation by multiplicative updates (Ham Alg. 2).
 
   min ‖X − C Dᵀ‖_F s.t. C, D ≥ 0, with x ≈ codes @ basesᵀ. Codes start as
@@ -210,6 +224,7 @@ def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step"):
     steps: number of loop (codes, bases) updates, ≥ 1.
     eps: denominator floor.
     gradient: "one_step" or "bptt" (see the module docstring).
+    unroll: Python loops instead of `lax.fori_loop` (see the module docstring).
 
   Returns:
     (bases (B, D, R) after the loop, final codes (B, N, R)) in x's dtype.
@@ -220,7 +235,7 @@ def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step"):
   x32, bases32 = x.astype(acc), bases.astype(acc)
 
   def update(state, x):
-    return _nmf_step(x, *state, eps=eps, initial=False)
+    return _nmf_step(x, *state, eps=eps, initial=False, unroll=unroll)
 
   def final(state, x):  # the reference's compute_coef: one more codes update
     bases, codes = state
@@ -228,14 +243,14 @@ def nmf(x, bases, *, steps, eps=1e-6, gradient="one_step"):
 
   # The first step also draws the initial codes softmax(x bases) in its pass over x.
   first = lambda x, bases: _nmf_step(x, bases, jnp.zeros(x.shape[:2] + bases.shape[-1:], acc),
-                                     eps=eps, initial=True)
+                                     eps=eps, initial=True, unroll=unroll)
   if gradient == "one_step":
     state = lax.stop_gradient(first(*lax.stop_gradient((x32, bases32))))
   else:
     state = first(x32, bases32)
   if steps > 1:
     state, codes = _loop_then_final(update, final, state, (x32,), steps=steps - 1,
-                                    gradient=gradient)
+                                    gradient=gradient, unroll=unroll)
   else:
     codes = final(state, x32)
   bases32 = state[0]
@@ -251,7 +266,7 @@ def _mass_normalised(codes):
   return codes / (jnp.sum(codes, axis=1, keepdims=True) + _MASS_EPS)
 
 
-def soft_vq(x, bases, *, steps, temperature, gradient="one_step"):
+def soft_vq(x, bases, *, steps, temperature, gradient="one_step", unroll=False):
   """Soft vector quantisation (Ham Alg. 1): a differentiable K-means.
 
   Each loop update: codes ← softmax_R(cos(x, bases)/T); bases ← xᵀ codes
@@ -270,6 +285,7 @@ def soft_vq(x, bases, *, steps, temperature, gradient="one_step"):
     temperature: softmax temperature T > 0 (the reference's inverse
       temperature is 100: T = 0.01).
     gradient: "one_step" or "bptt" (see the module docstring).
+    unroll: Python loops instead of `lax.fori_loop` (see the module docstring).
 
   Returns:
     (bases (B, D, R) after the loop, final codes (B, N, R)) in x's dtype.
@@ -291,11 +307,11 @@ def soft_vq(x, bases, *, steps, temperature, gradient="one_step"):
 
   x_unit = _l2_normalize(x32, axis=2, eps=_X_NORM_EPS)
   bases32, codes = _loop_then_final(update, final, bases32, (x32, x_unit), steps=steps,
-                                    gradient=gradient)
+                                    gradient=gradient, unroll=unroll)
   return bases32.astype(x.dtype), codes.astype(x.dtype)
 
 
-def soft_cd(x, bases, *, steps, temperature, beta, gradient="one_step"):
+def soft_cd(x, bases, *, steps, temperature, beta, gradient="one_step", unroll=False):
   """Soft concept decomposition (Ham Alg. 3, Eq. 14).
 
   Each loop update: codes ← softmax_R(x̂ bases / T) with x̂ the unit tokens
@@ -315,6 +331,7 @@ def soft_cd(x, bases, *, steps, temperature, beta, gradient="one_step"):
       temperature is 100: T = 0.01).
     beta: ridge weight β > 0 (the paper: 0.01 or 0.1 make no difference).
     gradient: "one_step" or "bptt" (see the module docstring).
+    unroll: Python loops instead of `lax.fori_loop` (see the module docstring).
 
   Returns:
     (bases (B, D, R) after the loop, final codes (B, N, R)) in x's dtype.
@@ -337,5 +354,5 @@ def soft_cd(x, bases, *, steps, temperature, beta, gradient="one_step"):
 
   x_unit = _l2_normalize(x32, axis=2, eps=_X_NORM_EPS)
   bases32, codes = _loop_then_final(update, final, bases32, (x32, x_unit), steps=steps,
-                                    gradient=gradient)
+                                    gradient=gradient, unroll=unroll)
   return bases32.astype(x.dtype), codes.astype(x.dtype)

@@ -10,18 +10,20 @@ from flax import nnx
 from attention_lab import ops
 from configs.efficiency import (aa_table9, gan_largest_batch, ham_table3, isa_tables, kao_table1,
                                 performance_goals, restoration_memory, sao_table2)
-from experiments import efficiency, efficiency_modules, measure
+from experiments import efficiency, efficiency_modules, efficiency_operators, measure
 from experiments import efficiency_fused as fused_lib
 
+OPERATORS = efficiency_operators.OPERATORS
 
-@pytest.mark.parametrize("op", sorted(efficiency.OPERATORS))
+
+@pytest.mark.parametrize("op", sorted(OPERATORS))
 def test_measure_counts_the_papers_madd(op):
   x = jax.ShapeDtypeStruct((2, 6, 6, 1, 8), jnp.float32)
   n, c = 36, 8
   expected = {"attn": 2 * n * n * c, "attn_pool": 2 * n * 9 * c, "attn_mean": 2 * n * c * c,
               "sao": 4 * n * c, "kao_kv": 2 * n * 12 * c, "kao_qkv": 2 * 12 * 12 * c}[op]
-  assert measure.madd_of(efficiency.OPERATORS[op], x) / 2 == expected
-  acct = measure.compile_fn(efficiency.OPERATORS[op], x)[1]
+  assert measure.madd_of(OPERATORS[op], x) / 2 == expected
+  acct = measure.compile_fn(OPERATORS[op], x)[1]
   assert acct["total_bytes"] >= acct["temp_bytes"] >= 0
 
 
@@ -92,7 +94,7 @@ def test_gan_largest_batch_on_a_gpu_target_needs_the_cuda_plugin(monkeypatch, tm
   config = gan_largest_batch.get_config("tiny")
   config.largest_batch = ({"target": "gtx_1080_ti", "image_size": 32, "width": 4, "start": 1},)
   with pytest.raises(ValueError, match="CUDA plugin"):
-    efficiency.table("gan")[0](config)
+    efficiency.table("gan").run(config)
 
 
 def test_restoration_memory(monkeypatch, tmp_path):
@@ -137,17 +139,14 @@ def test_ham_flops_count_every_solver_step():
   assert counts[2] - counts[1] == pytest.approx(counts[1] - counts[0]) and counts[1] > counts[0]
 
 
-def test_unrolled_loops_ignores_and_leaves_no_cached_trace():
+def test_count_madd_multiplies_a_scan_body_by_its_length():
   def f(x):
-    return jax.lax.fori_loop(0, 5, lambda _, y: y @ y, x)
+    return jax.lax.scan(lambda y, _: (y @ y, None), x, length=5)[0]
 
-  x = jnp.ones((16, 16))
-  matmul = 2 * 16**3
-  looped = measure.compile_fn(f, x)[1]["xla_flops"]  # traced first: in the jit cache
-  with measure.unrolled_loops():
-    unrolled = measure.compile_fn(f, x)[1]["xla_flops"]
-  assert looped < 2 * matmul and unrolled == 5 * matmul
-  assert measure.compile_fn(f, x)[1]["xla_flops"] == looped
+  x = jax.ShapeDtypeStruct((16, 16), jnp.float32)
+  assert measure.madd_of(f, x) == 5 * 16**3
+  assert measure.madd_of(lambda x: jax.lax.conv(x, x, (1, 1), "VALID"),
+                         jax.ShapeDtypeStruct((1, 2, 5, 5), jnp.float32)) == 2 * 25
 
 
 def test_double_attention_counts():
@@ -192,16 +191,10 @@ device_description_str: "NVIDIA H100 80GB HBM3"
 """
 
 
-def _installed() -> set[str]:
-  import importlib.metadata  # pylint: disable=g-import-not-at-top
-  return {d.metadata["Name"].lower() for d in importlib.metadata.distributions()}
-
-
 def _h100():
   """A compile-only H100 (jax's CUDA plugin with cuDNN, no GPU needed), or skip."""
   pytest.importorskip("jax_cuda12_plugin", reason="needs jax's CUDA plugin (jax[cuda12])")
-  if not any(n.startswith("nvidia-cudnn") for n in _installed()):
-    pytest.skip("jax's CUDA plugin has no cuDNN")
+  pytest.importorskip("jax_cuda12_plugin._versions", reason="jax's CUDA plugin has no cuDNN")
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   try:
     topology = topologies.get_topology_desc(platform="cuda", target_config=_H100_TARGET,
@@ -221,9 +214,9 @@ def test_cudnn_row_compiles_to_cudnn_flash_attention_for_an_h100(program):
   flat = x.shape[0], 256, 2, 64
   assert fused_lib.unsupported_reason("cudnn", *(jax.ShapeDtypeStruct(flat, x.dtype),) * 3,
                                       compute_capability=(9, 0)) is None
-  fn = efficiency._fused_operator("cudnn")
+  fn = efficiency_operators._fused_operator("cudnn")  # pylint: disable=protected-access
   if program == "train":
-    fn = jax.grad(lambda x: efficiency._fused_operator("cudnn")(x).astype(jnp.float32).sum())
+    fn = jax.grad(lambda x: fn(x).astype(jnp.float32).sum())
   hlo = jax.jit(fn).lower(x).compile().as_text()
   assert "__cudnn$fmha" in hlo
   if program == "train":
@@ -264,12 +257,11 @@ def test_pallas_padding_and_bias_match_regular_attention():
   assert jnp.allclose(_pallas_reference(q, k, v, scale=0.3, bias=bias), expected, atol=1e-5)
 
 
-def test_replaced_regular_attention_runs_layers_through_the_kernel(monkeypatch):
+def test_a_layer_attends_through_the_kernel_as_its_attention_fn(monkeypatch):
   from attention_lab import layers  # pylint: disable=g-import-not-at-top
-  layer = layers.GlobalAttention(8, "softmax", num_heads=2, project="qkv", out_features=8,
-                                 rngs=nnx.Rngs(0))
+  build = lambda **fused: layers.GlobalAttention(8, "softmax", num_heads=2, project="qkv",
+                                                 out_features=8, rngs=nnx.Rngs(0), **fused)
   x = jax.random.normal(jax.random.key(1), (2, 5, 6, 8))
-  expected = layer(x)
   calls = []
 
   def kernel(q, k, v, *, scale=None, bias=None):
@@ -277,12 +269,12 @@ def test_replaced_regular_attention_runs_layers_through_the_kernel(monkeypatch):
     return _pallas_reference(q, k, v, scale=scale, bias=bias)
 
   monkeypatch.setitem(fused_lib.KERNEL_FUNCTIONS, "pallas", kernel)
-  original = ops.dot_product_attention
-  with fused_lib.replaced_regular_attention("pallas"):
-    got = layer(x)
+  got = build(attention_fn=fused_lib.regular_attention("pallas"))(x)
   assert calls == [(2, 30, 2, 4)]
-  assert jnp.allclose(got, expected, atol=1e-5)
-  assert ops.dot_product_attention is original
+  assert jnp.allclose(got, build()(x), atol=1e-5)
+  odd = jax.ShapeDtypeStruct((1, 9, 1, 192), jnp.float32)  # the kernel's rules exclude it
+  with pytest.raises(NotImplementedError, match="multiple of 128"):
+    fused_lib.regular_attention("pallas")(odd, odd, odd)
 
 
 def test_operator_tables_have_no_fused_rows_on_a_cpu(monkeypatch, tmp_path):
@@ -296,13 +288,13 @@ def test_tables_add_a_fused_kernel_beside_xla(monkeypatch, tmp_path):
   config = kao_table1.get_config("tiny")
   config.fused_attention = "pallas"
   config.sweep_sides = ()
-  result = efficiency.run_operators(config)
+  result = efficiency_operators.run(config)
   assert [f["side"] for f in result["fused"]] == [side for side, _ in config.sizes]
   for f in result["fused"]:
     assert f["reason"] is None and f["time_s"] > 0 and f["fastest"] in ("attn", "fused")
     assert f["speedup_vs_fastest_regular"]["attn"] == pytest.approx(
         min(f["xla_attn_time_s"], f["time_s"]) / f["xla_attn_time_s"])
-  text = "\n".join(efficiency.fused_lines(result, config.operators))
+  text = "\n".join(efficiency_operators.fused_lines(result, config.operators))
   assert "Attn (Pallas flash)" in text and "not run" not in text
   config = ham_table3.get_config("tiny")
   config.fused_attention = "pallas"
@@ -310,6 +302,7 @@ def test_tables_add_a_fused_kernel_beside_xla(monkeypatch, tmp_path):
   rows = {r["module"]: r for r in efficiency_modules.run(config)["rows"]}
   assert rows["sa_fused"]["infer"]["time_s"] > 0
   assert rows["sa_fused"]["train"]["total_bytes"] > 0
+  assert rows["sa_fused"]["madd"] == rows["sa"]["madd"]  # the regular SA's count
   config.fused_attention = "cudnn"  # float32: excluded by cuDNN's rules, with the reason
   assert "float32" in efficiency_modules._fused_module(config)[1]
 
@@ -361,11 +354,10 @@ def test_layers_train_through_cudnn_flash_attention_for_an_h100():
   mesh = jax.sharding.Mesh([_h100()], ("data",))
   layer = nnx.eval_shape(lambda: layers.GlobalAttention(
       64, "softmax", num_heads=2, project="qkv", out_features=64, dtype=jnp.bfloat16,
-      rngs=nnx.Rngs(0)))
+      attention_fn=fused_lib.regular_attention("cudnn"), rngs=nnx.Rngs(0)))
   step, params, rest = measure.training_fn(layer)
   placed = lambda tree, spec=PartitionSpec(): jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, spec)), tree)
   x = placed(jax.ShapeDtypeStruct((2, 8, 8, 64), jnp.float32), PartitionSpec("data"))
-  with fused_lib.replaced_regular_attention("cudnn"):
-    hlo = jax.jit(step).lower(placed(params), placed(rest), x, x).compile().as_text()
+  hlo = jax.jit(step).lower(placed(params), placed(rest), x, x).compile().as_text()
   assert "__cudnn$fmha" in hlo and "Backward" in hlo

@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from attention_lab.models.mobilenet import _VARIANTS
-from experiments import model_stats
+from experiments import measure, model_stats
 from tests.models.tiny import create_tiny, train_step
 
 
@@ -50,4 +50,4 @@ def test_count_madd_of_a_conv_and_a_dense():
     return y.reshape(1, -1) @ w
   jaxpr = jax.make_jaxpr(f)(jnp.zeros((1, 5, 7, 3)), jnp.zeros((3, 3, 3, 4)),
                             jnp.zeros((5 * 7 * 4, 2)))
-  assert model_stats.count_madd(jaxpr.jaxpr) == 5 * 7 * 4 * 27 + 140 * 2
+  assert measure.count_madd(jaxpr.jaxpr) == 5 * 7 * 4 * 27 + 140 * 2

@@ -8,7 +8,7 @@ from flax import nnx
 
 from attention_lab.layers import AugmentedConv
 from attention_lab.models.resnet import ResNetBackbone  # registers the names
-from experiments import model_stats
+from experiments import measure, model_stats
 from tests.models.tiny import create_tiny, train_step
 
 TINY = dict(width=0.0625, image_size=(24, 40), heads=2, min_key_dims=4)
@@ -64,14 +64,14 @@ def test_bad_arguments_raise():
 
 
 def _conv_madd(jaxpr) -> int:
-  """MAdd of the convolutions alone (model_stats.count_madd without the dot products)."""
+  """MAdd of the convolutions alone (measure.count_madd without the dot products)."""
   total = 0
   for eqn in jaxpr.eqns:
     if eqn.primitive.name == "conv_general_dilated":
       rhs, spec = eqn.invars[1].aval.shape, eqn.params["dimension_numbers"].rhs_spec
       total += (math.prod(eqn.outvars[0].aval.shape) * rhs[spec[1]]
                 * math.prod(rhs[d] for d in spec[2:]))
-    for sub in model_stats._sub_jaxprs(eqn):
+    for sub in measure.sub_jaxprs(eqn):
       total += _conv_madd(sub)
   return total
 

@@ -239,3 +239,32 @@ def test_random_bases(distribution):
   np.testing.assert_array_equal(
       b, ops.random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution))
   assert not np.allclose(b, ops.random_bases(jax.random.key(4), 2, 7, 4, distribution=distribution))
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("gradient", ["one_step", "bptt"])
+def test_unrolled_loops_give_the_same_values_and_gradients(rng, monkeypatch, solver, gradient):
+  monkeypatch.setattr(decomposition, "_NMF_BLOCK_TOKENS", 7)  # NMF's block loop runs too
+  fn, reference = SOLVERS[solver]
+  x, bases = _problem(rng, 2, 30, 5, 3)
+  unrolled = jax.jit(lambda x: fn(x, bases, steps=3, gradient=gradient, unroll=True))
+  for got, expected in zip(unrolled(x), reference(x, bases, 3)):
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+  loss = lambda unroll: jax.grad(lambda x: _loss(fn(x, bases, steps=3, gradient=gradient,
+                                                    unroll=unroll)))(x)
+  np.testing.assert_allclose(loss(True), loss(False), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_unrolled_loops_are_counted_step_by_step(rng, solver):
+  """XLA's cost_analysis counts a loop body once; unrolled, every step adds the same flops."""
+  fn, _ = SOLVERS[solver]
+  x, bases = _problem(rng, 1, 12, 5, 3)
+
+  def flops(steps, unroll):
+    program = jax.jit(lambda x, b: fn(x, b, steps=steps, unroll=unroll)).lower(x, bases)
+    return program.compile().cost_analysis()["flops"]
+
+  one, two, three = (flops(s, True) for s in (2, 3, 4))
+  assert three - two == pytest.approx(two - one) and two - one > 0
+  assert flops(4, False) < three

@@ -23,7 +23,6 @@ dataset's typical size (ImageNet ~400×350, COCO ~640×480, VOC and PASCAL-Conte
 those of photographs, not of noise.
 """
 
-import io
 import os
 
 import numpy as np

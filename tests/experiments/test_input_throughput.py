@@ -1,4 +1,4 @@
-"""attention_lab.data.throughput: rates, stand-in files read by the real pipeline, needs."""
+"""experiments.input_throughput: rates, stand-in files read by the real pipeline, needs."""
 
 import json
 import os
@@ -10,7 +10,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from attention_lab import cli
-from attention_lab.data import fake_files, throughput
+from experiments import input_throughput as throughput
+from experiments import stand_in_files
 from attention_lab.data import segmentation as seg
 
 
@@ -33,14 +34,14 @@ def test_tiny_config_rates_are_positive():
 
 def test_one_core_measurement_runs_pinned_to_one_core():
   core = throughput.available_cores()[0]
-  result = throughput.measure(_config("configs/default.py:tiny"), [core], batch_size=8,
-                              seconds=0.2, windows=1, warmup=0.1)
+  result = throughput.measure_on_cores(_config("configs/default.py:tiny"), [core], batch_size=8,
+                                       seconds=0.2, windows=1, warmup=0.1)
   assert result["affinity"] == [core] and result["cores"] == 1
   assert result["tf_intra_op_threads"] == 1 and result["examples_per_s"] > 0
 
 
 def test_imagenet_stand_in_is_read_by_the_config_pipeline(tmp_path):
-  builder = fake_files.write_tfds("imagenet2012", str(tmp_path), 4,
+  builder = stand_in_files.write_tfds("imagenet2012", str(tmp_path), 4,
                                   splits=("train", "validation"))
   assert builder.is_prepared() and builder.info.splits["train"].num_examples == 4
   # Photo JPEGs of about 400×350, stored JPEG-encoded (the builder's own feature).
@@ -96,11 +97,12 @@ def test_needed_rates_and_cores_against_hand_computation(tmp_path):
 
 
 @pytest.mark.parametrize("argument, expected", [
-    ("--config=configs/no_such.py", "no such file"),
-    ("--config=configs/default.py:nope", "--config"),
+    ("--configs=configs/no_such.py", "no such file"),
+    ("--configs=configs/default.py:nope", "--configs"),
+    ("--seconds=0", "--seconds = 0.0: must be positive"),
 ])
 def test_bad_config_is_one_line_exit_2(argument, expected):
-  result = subprocess.run([sys.executable, "-m", "attention_lab.data.throughput", argument],
+  result = subprocess.run([sys.executable, "-m", "experiments.input_throughput", argument],
                           capture_output=True, text=True, timeout=120)
   lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
   assert result.returncode == 2 and len(lines) == 1 and expected in lines[0]
@@ -108,7 +110,7 @@ def test_bad_config_is_one_line_exit_2(argument, expected):
 
 
 def test_photo_sampler_is_seeded():
-  a, b = fake_files.PhotoSampler(3)(40, 50), fake_files.PhotoSampler(3)(40, 50)
+  a, b = stand_in_files.PhotoSampler(3)(40, 50), stand_in_files.PhotoSampler(3)(40, 50)
   np.testing.assert_array_equal(a, b)
 
 
