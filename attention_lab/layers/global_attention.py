@@ -1,6 +1,8 @@
 """GlobalAttention: projections, heads and coefficient batch norm around the ops operators."""
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -8,13 +10,6 @@ from flax import nnx
 
 from attention_lab import ops
 from attention_lab.layers import recording
-
-OPERATORS = ("softmax", "softmax_pool", "mean", "siamese", "kronecker_kv", "kronecker_qkv",
-             "relative")
-PROJECTIONS = ("v", "qkv")
-COEFFICIENTS = ("scale", "batch_norm")
-# Operators whose output is linear in the coefficients; the others take a softmax of them.
-LINEAR_OPERATORS = ("mean", "siamese")
 
 
 def dot_moments(q, k):
@@ -75,6 +70,177 @@ def _summary(x):
   return ops.kronecker_summary(merged).reshape(x.shape[0], -1, *x.shape[-2:])
 
 
+def _flat(x):
+  """(B, *S, H, D) → (B, N, H, D)."""
+  return x.reshape(x.shape[0], -1, *x.shape[-2:])
+
+
+def _logits(queries, keys):
+  """E = queries·keysᵀ per head: (B, Nq, H, D), (B, Nk, H, D) → (B, H, Nq, Nk)."""
+  return jnp.einsum("bqhd,bkhd->bhqk", queries, keys)
+
+
+def _chunk(layer):
+  """The softmax operators take all queries at once for "auto"."""
+  return None if layer.query_chunk_size == "auto" else layer.query_chunk_size
+
+
+def _on_grid(weights, grid):
+  """(B, H, N, N) → (B, H, *S, *S)."""
+  return weights.reshape(*weights.shape[:2], *grid, *grid)
+
+
+def _no_variables(layer, **options):
+  return {}
+
+
+class Operator(NamedTuple):
+  """How GlobalAttention runs one operator; q, k, v are (B, *S, H, D) heads.
+
+  attend(layer, q, k, v, scale): the `ops` call → (B, *S or N, H, Dv). scale=None
+    is the operator's own normalisation; under the coefficient batch norm it is
+    1.0 (E unscaled) and, for softmax operators, q comes scaled by γ/σ per head.
+  coefficients(layer, q, k): the coefficient matrix E (B, H, Nq, Nk) that the
+    operator normalises (logits, or SAO's a_i + b_j), from float32 q, k.
+  moments(layer, q, k): per-head (mean, var) of E over (batch, i, j) without
+    forming it; None: the coefficient batch norm is not supported.
+  arrange(weights, grid): normalised E → the recorded (B, H, *S, *keys).
+  linear: out = (1/N) Σ_j E_ij v_j over the N grid positions at scale 1 (no
+    softmax), so the batch norm keeps β and a running mean.
+  scaled: the own normalisation includes D^−1/2 (softmax of D^−1/2·E, or
+    D^−1/2·E/N); else E/N.
+  variables(layer, head_dim, spatial_shape, siamese_w, rngs): the operator's
+    own {attribute: nnx.Variable}.
+  """
+  attend: Callable
+  coefficients: Callable
+  moments: Callable | None
+  arrange: Callable = _on_grid
+  linear: bool = False
+  scaled: bool = True
+  variables: Callable = _no_variables
+
+
+def _dot_product(operands, attend, **fields) -> Operator:
+  """An Operator whose E = queries·keysᵀ, (queries, keys) = operands(layer, q, k), (B, N, H, D)."""
+  return Operator(attend, lambda layer, q, k: _logits(*operands(layer, q, k)),
+                  lambda layer, q, k: dot_moments(*operands(layer, q, k)), **fields)
+
+
+def _grid(layer, q, k):
+  return _flat(q), _flat(k)
+
+
+def _pooled(layer, q, k):
+  return _flat(q), ops.pool_keys_values(k, k)[0]
+
+
+def _pooled_attend(layer, q, k, v, scale):
+  k, v = ops.pool_keys_values(k, v)
+  return ops.dot_product_attention(_flat(q), k, v, scale=scale, query_chunk_size=_chunk(layer))
+
+
+def _siamese_w(layer, dtype):
+  return layer.w[...].astype(dtype)
+
+
+def _siamese_attend(layer, q, k, v, scale):  # 1/N is built in: scale is unused
+  return ops.siamese_attention(_flat(q), _flat(k), _flat(v), _siamese_w(layer, q.dtype),
+                               global_term=layer.global_term)
+
+
+def _siamese_coefficients(layer, q, k):
+  """E_ij = a_i + b_j with a = qᵀw, b = kᵀw (SAO Eq. 5); without the global term E_ij = a_i."""
+  w = _siamese_w(layer, q.dtype)
+  a = jnp.einsum("bnhd,hd->bhn", _flat(q), w)
+  if not layer.global_term:
+    return jnp.broadcast_to(a[..., :, None], (*a.shape, a.shape[-1]))
+  return a[..., :, None] + jnp.einsum("bnhd,hd->bhn", _flat(k), w)[..., None, :]
+
+
+def _siamese_moments(layer, q, k):
+  w = _siamese_w(layer, q.dtype)
+  return sum_moments(jnp.einsum("bnhd,hd->bnh", _flat(q), w),
+                     jnp.einsum("bnhd,hd->bnh", _flat(k), w) if layer.global_term else None)
+
+
+def _siamese_variables(layer, *, head_dim, siamese_w, **options):
+  """w (H, D), ones: trained, or fixed (siamese_w="ones", SAO Table 8)."""
+  ones = jnp.ones((layer.num_heads, head_dim))
+  return {"w": nnx.Param(ones) if siamese_w == "learned" else nnx.Variable(ones)}
+
+
+def _kronecker_qkv_arrange(summary, grid):
+  """Query x gets Σ_mode o_mode[x_mode] (KAO Eq. 3): the sum of its summaries' rows."""
+  weights, offset = 0.0, 0
+  for mode, size in enumerate(grid):
+    shape = [1] * len(grid)
+    shape[mode] = size
+    rows = summary[:, :, offset:offset + size]
+    weights = weights + rows.reshape(*rows.shape[:2], *shape, rows.shape[-1])
+    offset += size
+  return jnp.broadcast_to(weights, (*summary.shape[:2], *grid, summary.shape[-1]))
+
+
+def _relative_attend(layer, q, k, v, scale):
+  if q.ndim != 5:
+    raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got the grid "
+                     f"{q.shape[1:-2]}")
+  return ops.relative_attention_2d(
+      q, k, v, layer.rel_h[...].astype(q.dtype), layer.rel_w[...].astype(q.dtype),
+      query_chunk_size=layer.query_chunk_size)
+
+
+def _relative_coefficients(layer, q, k):
+  """Content logits plus the height and width relative logits (AA Eq. 3)."""
+  e = _logits(_flat(q), _flat(k))
+  lh, lw = ops.relative_logits_2d(q, layer.rel_h[...], layer.rel_w[...])
+  return e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
+
+
+def _relative_variables(layer, *, head_dim, spatial_shape, rngs, **options):
+  """(2L−1, D) tables per spatial axis, N(0, D^−1/2), shared by the heads (AA)."""
+  if spatial_shape is None or len(spatial_shape) != 2:
+    raise ValueError(
+        f"spatial_shape must be the (height, width) grid for operator='relative', "
+        f"got {spatial_shape}")
+  init = nnx.initializers.normal(head_dim**-0.5)
+  return {"rel_h": nnx.Param(init(rngs.params(), (2 * spatial_shape[0] - 1, head_dim))),
+          "rel_w": nnx.Param(init(rngs.params(), (2 * spatial_shape[1] - 1, head_dim)))}
+
+
+# The one operator table: adding an operator is ops/<op>.py, an entry here and its test.
+OPERATORS = {
+    "softmax": _dot_product(
+        _grid,
+        lambda layer, q, k, v, scale: ops.dot_product_attention(
+            _flat(q), _flat(k), _flat(v), scale=scale, query_chunk_size=_chunk(layer))),
+    "softmax_pool": _dot_product(  # keys and values average-pooled 2×2
+        _pooled, _pooled_attend,
+        arrange=lambda w, grid: w.reshape(*w.shape[:2], *grid, *(-(-s // 2) for s in grid))),
+    "mean": _dot_product(
+        _grid,
+        lambda layer, q, k, v, scale: ops.dot_product_attention(
+            _flat(q), _flat(k), _flat(v), scale=scale, normalization="mean"),
+        linear=True),
+    "siamese": Operator(
+        _siamese_attend, _siamese_coefficients, _siamese_moments, linear=True, scaled=False,
+        variables=_siamese_variables),
+    "kronecker_kv": _dot_product(  # grid queries against the ΣS summary tokens of k
+        lambda layer, q, k: (_flat(q), _summary(k)),
+        lambda layer, q, k, v, scale: ops.kronecker_attention_kv(q, k, v, scale=scale),
+        arrange=lambda w, grid: w.reshape(*w.shape[:2], *grid, w.shape[-1])),
+    "kronecker_qkv": _dot_product(
+        lambda layer, q, k: (_summary(q), _summary(k)),
+        lambda layer, q, k, v, scale: ops.kronecker_attention_qkv(q, k, v, scale=scale),
+        arrange=_kronecker_qkv_arrange),
+    "relative": Operator(_relative_attend, _relative_coefficients, None,
+                         variables=_relative_variables),
+}
+PROJECTIONS = ("v", "qkv")
+COEFFICIENTS = ("scale", "batch_norm")
+
+
 class GlobalAttention(nnx.Module):
   """Self-attention over every position of a (B, *S, C) grid with a chosen operator.
 
@@ -118,6 +284,10 @@ class GlobalAttention(nnx.Module):
   stop-gradient'ed in training (as flax BatchNorm); "relative" is not
   supported (its logits include the relative terms).
 
+  Each operator's `ops` call, coefficient matrix, moments, variables and
+  recorded layout come from its `OPERATORS` entry (an `Operator`); the layer
+  around them is the same for all.
+
   With `record_attention` on (`recording.attention_weights`), sows the weights
   (B, H, *S, *key grid) by which v enters the output before the output map:
   the softmax rows (pooled key grid for "softmax_pool"), the coefficients
@@ -156,13 +326,15 @@ class GlobalAttention(nnx.Module):
                coefficients: str = "scale", bn_momentum: float = 0.99, bn_epsilon: float = 1e-5,
                query_chunk_size: int | str | None = "auto", dtype=None, rngs: nnx.Rngs):
     if operator not in OPERATORS:
-      raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")
+      raise ValueError(f"operator must be one of {tuple(OPERATORS)}, got {operator!r}")
     if project not in PROJECTIONS:
       raise ValueError(f"project must be one of {PROJECTIONS}, got {project!r}")
     if coefficients not in COEFFICIENTS:
       raise ValueError(f"coefficients must be one of {COEFFICIENTS}, got {coefficients!r}")
-    if coefficients == "batch_norm" and operator == "relative":
-      raise ValueError("coefficients must be 'scale' for operator='relative', got 'batch_norm'")
+    spec = OPERATORS[operator]
+    if coefficients == "batch_norm" and spec.moments is None:
+      raise ValueError(
+          f"coefficients must be 'scale' for operator={operator!r}, got 'batch_norm'")
     key_features = key_features or in_features
     value_features = value_features or in_features
     if project == "v" and key_features != in_features:
@@ -174,45 +346,36 @@ class GlobalAttention(nnx.Module):
         raise ValueError(f"{name} ({width}) must be divisible by num_heads ({num_heads})")
     if siamese_w not in ("learned", "ones"):
       raise ValueError(f"siamese_w must be 'learned' or 'ones', got {siamese_w!r}")
-    self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
-    self.global_term, self.coefficients = global_term, coefficients
-    self.record_attention = False  # see `recording`
     if isinstance(query_chunk_size, str) and query_chunk_size != "auto":
       raise ValueError(
           f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
+    self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
+    self.global_term, self.coefficients = global_term, coefficients
     self.query_chunk_size = query_chunk_size
+    self.record_attention = False  # see `recording`
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.query = dense(in_features, key_features) if project == "qkv" else None
     self.key = dense(in_features, key_features) if project == "qkv" else None
     self.value = dense(in_features, value_features)
     self.out = dense(value_features, out_features) if out_features else None
-    head_dim = key_features // num_heads
-    if operator == "siamese":
-      ones = jnp.ones((num_heads, head_dim))
-      self.w = nnx.Param(ones) if siamese_w == "learned" else nnx.Variable(ones)
-    if operator == "relative":
-      if spatial_shape is None or len(spatial_shape) != 2:
-        raise ValueError(
-            f"spatial_shape must be the (height, width) grid for operator='relative', "
-            f"got {spatial_shape}")
-      init = nnx.initializers.normal(head_dim**-0.5)
-      self.rel_h = nnx.Param(init(rngs.params(), (2 * spatial_shape[0] - 1, head_dim)))
-      self.rel_w = nnx.Param(init(rngs.params(), (2 * spatial_shape[1] - 1, head_dim)))
+    variables = spec.variables(self, head_dim=key_features // num_heads,
+                               spatial_shape=spatial_shape, siamese_w=siamese_w, rngs=rngs)
+    for name, variable in variables.items():
+      setattr(self, name, variable)
     if coefficients == "batch_norm":
       self.bn_momentum, self.bn_epsilon = bn_momentum, bn_epsilon
       self.use_running_average = False
       self.coef_scale = nnx.Param(jnp.ones((num_heads,)))
       self.coef_var = nnx.BatchStat(jnp.ones((num_heads,)))
-      if operator in LINEAR_OPERATORS:
+      if spec.linear:
         self.coef_bias = nnx.Param(jnp.zeros((num_heads,)))
         self.coef_mean = nnx.BatchStat(jnp.zeros((num_heads,)))
 
   def _heads(self, x):
     return x.reshape(*x.shape[:-1], self.num_heads, x.shape[-1] // self.num_heads)
 
-  def _normalizer(self, moments):
+  def _normalizer(self, moments, linear):
     """(γ/σ, μ) per head: from `moments()` (batch, updating the running averages) or running."""
-    linear = self.operator in LINEAR_OPERATORS
     if self.use_running_average:
       mean, var = (self.coef_mean[...] if linear else None), self.coef_var[...]
     else:
@@ -223,59 +386,23 @@ class GlobalAttention(nnx.Module):
         self.coef_mean[...] = m * self.coef_mean[...] + (1 - m) * jax.lax.stop_gradient(mean)
     return self.coef_scale[...] * jax.lax.rsqrt(var + self.bn_epsilon), mean
 
-  def _softmax_gain(self, queries, keys):
-    """Per-head γ/σ (H,) to fold into q for BN before a softmax."""
-    gain, _ = self._normalizer(lambda: dot_moments(queries, keys))
-    return gain
-
-  def _weights(self, q, k, gain, shift):
+  def _weights(self, spec, q, k, gain, shift):
     """Float32 weights with out = Σ_keys weights·v per head (see `recording`), from the
-    un-normalised q, k (B, *S, H, D) and the coefficient batch norm's gain (and shift)."""
+    un-normalised q, k (B, *S, H, D) and the coefficient batch norm's gain and shift."""
     q, k = q.astype(jnp.float32), k.astype(jnp.float32)
-    grid, op = q.shape[1:-2], self.operator
-    flat = lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
     per_head = lambda s: s[None, :, None, None]  # (H,) onto (B, H, Nq, Nk)
-    scale = q.shape[-1] ** -0.5 if gain is None else per_head(gain)
-    logits = lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b)
-    if op in ("softmax", "relative"):
-      e = logits(flat(q), flat(k))
-      if op == "relative":
-        lh, lw = ops.relative_logits_2d(q, self.rel_h[...], self.rel_w[...])
-        e = e + (lh[..., :, None] + lw[..., None, :]).reshape(e.shape)
-      weights, keys = jax.nn.softmax(scale * e, axis=-1), grid
-    elif op == "softmax_pool":
-      k_pool, _ = ops.pool_keys_values(k, k)
-      weights = jax.nn.softmax(scale * logits(flat(q), k_pool), axis=-1)
-      keys = tuple(-(-s // 2) for s in grid)
-    elif op in LINEAR_OPERATORS:
-      qf, kf = flat(q), flat(k)
-      if op == "mean":
-        e = logits(qf, kf)
-      else:
-        w = self.w[...].astype(jnp.float32)
-        a, b = jnp.einsum("bnhd,hd->bhn", qf, w), jnp.einsum("bnhd,hd->bhn", kf, w)
-        e = a[..., :, None] + (b[..., None, :] if self.global_term else 0.0 * b[..., None, :])
-      if gain is None:
-        weights = (q.shape[-1] ** -0.5 if op == "mean" else 1.0) * e / kf.shape[1]
-      else:
-        weights = per_head(gain) * e + per_head(shift)
-      keys = grid
-    else:  # KAO: each grid query's weights over the ΣS summary tokens
-      k_bar = _summary(k)
-      if op == "kronecker_kv":
-        weights = jax.nn.softmax(scale * logits(flat(q), k_bar), axis=-1)
-      else:  # query x gets Σ_mode o_mode[x_mode] (KAO Eq. 3): add those summaries' rows
-        summary = jax.nn.softmax(scale * logits(_summary(q), k_bar), axis=-1)
-        weights, offset = 0.0, 0
-        for mode, size in enumerate(grid):
-          shape = [1] * len(grid)
-          shape[mode] = size
-          rows = summary[:, :, offset:offset + size]
-          weights = weights + rows.reshape(*rows.shape[:2], *shape, rows.shape[-1])
-          offset += size
-        weights = jnp.broadcast_to(weights, (*summary.shape[:2], *grid, summary.shape[-1]))
-      keys = (k_bar.shape[1],)
-    return weights.reshape(*weights.shape[:2], *grid, *keys)
+    e = spec.coefficients(self, q, k)
+    if gain is not None:
+      scale = per_head(gain)
+    else:
+      scale = q.shape[-1] ** -0.5 if spec.scaled else 1.0
+    if not spec.linear:
+      weights = jax.nn.softmax(scale * e, axis=-1)
+    elif gain is None:
+      weights = scale * e / e.shape[-1]
+    else:
+      weights = scale * e + per_head(shift)
+    return spec.arrange(weights, q.shape[1:-2])
 
   def __call__(self, x):
     if x.ndim < 3:
@@ -285,52 +412,21 @@ class GlobalAttention(nnx.Module):
     q = self._heads(self.query(x) if self.query else x)
     k = self._heads(self.key(x) if self.key else x)
     v = self._heads(self.value(x))
-    grid, flat = x.shape[:-1], lambda t: t.reshape(t.shape[0], -1, *t.shape[-2:])
-    op, norm = self.operator, self.coefficients == "batch_norm"
-    scale = 1.0 if norm else None
-    chunk = None if self.query_chunk_size == "auto" and op != "relative" else self.query_chunk_size
+    spec = OPERATORS[self.operator]
     gain = shift = None  # the coefficient batch norm's per-head γ/σ and β − γμ/σ
-    gained = lambda t: t * gain[:, None].astype(t.dtype) if norm else t
-    if op == "softmax":
-      if norm:
-        gain = self._softmax_gain(flat(q), flat(k))
-      out = ops.dot_product_attention(flat(gained(q)), flat(k), flat(v), scale=scale,
-                                      query_chunk_size=chunk)
-    elif op == "softmax_pool":
-      k_pool, v_pool = ops.pool_keys_values(k, v)
-      if norm:
-        gain = self._softmax_gain(flat(q), k_pool)
-      out = ops.dot_product_attention(flat(gained(q)), k_pool, v_pool, scale=scale,
-                                      query_chunk_size=chunk)
-    elif op in ("kronecker_kv", "kronecker_qkv"):
-      if norm:
-        queries = flat(q) if op == "kronecker_kv" else _summary(q)
-        gain = self._softmax_gain(queries, _summary(k))
-      attend = ops.kronecker_attention_kv if op == "kronecker_kv" else ops.kronecker_attention_qkv
-      out = attend(gained(q), k, v, scale=scale)
-    elif op in LINEAR_OPERATORS:
-      qf, kf, vf = flat(q), flat(k), flat(v)
-      if op == "mean":
-        out = ops.dot_product_attention(qf, kf, vf, scale=scale, normalization="mean")
-        moments = lambda: dot_moments(qf, kf)
-      else:
-        w = self.w[...].astype(q.dtype)
-        out = ops.siamese_attention(qf, kf, vf, w, global_term=self.global_term)
-        moments = lambda: sum_moments(
-            jnp.einsum("bnhd,hd->bnh", qf, w),
-            jnp.einsum("bnhd,hd->bnh", kf, w) if self.global_term else None)
-      if norm:
-        gain, mean = self._normalizer(moments)
-        shift = self.coef_bias[...] - gain * mean
-        v_sum = jnp.sum(vf, axis=1, dtype=jnp.float32)  # (B, H, Dv)
-        out = (out * (kf.shape[1] * gain)[:, None]
-               + shift[:, None] * v_sum[:, None]).astype(vf.dtype)
-    else:
-      if x.ndim != 4:
-        raise ValueError(f"operator='relative' needs a 2D grid (B, X, Y, C), got {x.shape}")
-      out = ops.relative_attention_2d(
-          q, k, v, self.rel_h[...].astype(q.dtype), self.rel_w[...].astype(q.dtype),
-          query_chunk_size=chunk)
-    recording.sow_if_recording(self, recording.WEIGHTS, lambda: self._weights(q, k, gain, shift))
-    out = out.reshape(*grid, math.prod(out.shape[-2:]))
+    if self.coefficients == "batch_norm":
+      gain, mean = self._normalizer(lambda: spec.moments(self, q, k), spec.linear)
+    if gain is None:
+      out = spec.attend(self, q, k, v, None)
+    elif not spec.linear:  # softmax of (γ/σ)·E: μ and β cancel
+      out = spec.attend(self, q * gain[:, None].astype(q.dtype), k, v, 1.0)
+    else:  # Σ_j v_j·BN(E_ij) = (γ/σ)·N·(1/N Σ_j E_ij v_j) + (β − γμ/σ)·Σ_j v_j
+      shift = self.coef_bias[...] - gain * mean
+      vf = _flat(v)
+      v_sum = jnp.sum(vf, axis=1, dtype=jnp.float32)  # (B, H, Dv)
+      out = (spec.attend(self, q, k, v, 1.0) * (vf.shape[1] * gain)[:, None]
+             + shift[:, None] * v_sum[:, None]).astype(vf.dtype)
+    recording.sow_if_recording(self, recording.WEIGHTS,
+                               lambda: self._weights(spec, q, k, gain, shift))
+    out = out.reshape(*x.shape[:-1], math.prod(out.shape[-2:]))
     return self.out(out) if self.out else out

@@ -13,6 +13,12 @@ momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
   RMSProp);
 - "poly": (1 − t/T)^power (segmentation).
 
+mu_dtype (None | "float32" | "bfloat16"): the dtype of the first moment (SGD and RMSProp
+momentum, Adam's m; optax's `mu_dtype` / `accumulator_dtype`), None keeping the parameters'
+dtype. "bfloat16" halves that state's memory, as big_vision and MaxText offer for paper
+batches on small hardware; the second moment stays float32. SGD without momentum has no
+first moment.
+
 Segmentation recipes (DeepLabV2, HamNet) add two optional fields:
 - decay_params: "kernels" (default: every parameter of rank ≥ 2, i.e. conv and
   dense kernels, not biases or norm scales) or "conv_kernels" (rank-4 conv
@@ -25,10 +31,12 @@ Segmentation recipes (DeepLabV2, HamNet) add two optional fields:
 """
 
 import jax
+import jax.numpy as jnp
 import optax
 
 SCHEDULES = ("constant", "step", "cosine", "exponential", "poly")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+MU_DTYPES = {None: None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
@@ -56,6 +64,10 @@ def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Sched
 def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformation:
   if cfg.name not in OPTIMIZERS:
     raise ValueError(f"optimizer.name must be one of {OPTIMIZERS}, got {cfg.name!r}")
+  mu_dtype = cfg.get("mu_dtype")
+  if mu_dtype not in MU_DTYPES:
+    raise ValueError(f"optimizer.mu_dtype must be one of {tuple(MU_DTYPES)}, got {mu_dtype!r}")
+  mu_dtype = MU_DTYPES[mu_dtype]
   chain = []
   if cfg.get("grad_clip_norm"):
     chain.append(optax.clip_by_global_norm(cfg.grad_clip_norm))
@@ -64,24 +76,34 @@ def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformatio
     if cfg.get("weight_decay"):
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
     chain.append(optax.sgd(schedule, momentum=cfg.get("momentum") or None,
-                           nesterov=cfg.get("nesterov", False)))
+                           nesterov=cfg.get("nesterov", False), accumulator_dtype=mu_dtype))
   elif cfg.name == "adam":
     if cfg.get("weight_decay"):
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
     chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999),
-                            eps=cfg.get("eps", 1e-8)))
+                            eps=cfg.get("eps", 1e-8), mu_dtype=mu_dtype))
   elif cfg.name == "adamw":
     chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
-                             mask=decay_mask))
+                             mask=decay_mask, mu_dtype=mu_dtype))
   else:
     if cfg.get("weight_decay"):
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
-    chain.append(optax.rmsprop(schedule, decay=0.9, eps=1e-3, momentum=cfg.get("momentum", 0.9)))
+    chain.append(_rmsprop(schedule, cfg.get("momentum", 0.9), mu_dtype))
   multiplier = cfg.get("head_lr_multiplier", 1.0)
   if multiplier != 1.0:
     chain.append(optax.masked(optax.scale(multiplier),
                               head_mask(cfg.get("backbone_name", "backbone"))))
   return optax.chain(*chain)
+
+
+def _rmsprop(schedule, momentum, mu_dtype) -> optax.GradientTransformation:
+  """optax.rmsprop(schedule, decay=0.9, eps=1e-3, momentum=momentum), the same chain and state,
+  with the momentum trace in `mu_dtype` (optax.rmsprop has no accumulator dtype)."""
+  return optax.chain(
+      optax.scale_by_rms(decay=0.9, eps=1e-3),
+      optax.scale_by_learning_rate(schedule),
+      optax.identity() if momentum is None else optax.trace(momentum,
+                                                            accumulator_dtype=mu_dtype))
 
 
 DECAY_PARAMS = ("kernels", "conv_kernels")

@@ -7,12 +7,13 @@ from flax import nnx
 from attention_lab import ops
 from attention_lab.layers import GlobalAttention
 from attention_lab.layers.global_attention import (
-    LINEAR_OPERATORS,
     OPERATORS,
     dot_moments,
     sum_moments,
 )
 from tests.ops import references
+
+LINEAR_OPERATORS = [op for op, spec in OPERATORS.items() if spec.linear]
 
 
 @pytest.mark.parametrize("operator", OPERATORS)
@@ -208,3 +209,30 @@ def test_moments_match_explicit_matrices():
   mean, var = sum_moments(a, c)
   np.testing.assert_allclose(mean, total.mean(axis=(0, 1, 2)), rtol=1e-5)
   np.testing.assert_allclose(var, total.var(axis=(0, 1, 2)), rtol=1e-4)
+
+
+@pytest.mark.parametrize("operator, coefficients, expected", [
+    ("softmax", "scale", {}),
+    ("siamese", "scale", {"w": (2, 4)}),
+    ("relative", "scale", {"rel_h": (9, 4), "rel_w": (13, 4)}),
+    ("kronecker_qkv", "batch_norm", {"coef_scale": (2,), "coef_var": (2,)}),
+    ("mean", "batch_norm", {"coef_scale": (2,), "coef_var": (2,), "coef_bias": (2,),
+                            "coef_mean": (2,)}),
+    ("siamese", "batch_norm", {"w": (2, 4), "coef_scale": (2,), "coef_var": (2,),
+                               "coef_bias": (2,), "coef_mean": (2,)}),
+])
+def test_operator_variables_keep_their_names_and_shapes(operator, coefficients, expected):
+  """Checkpoints and the model zoo's parameter counts read these paths."""
+  layer = GlobalAttention(8, operator, num_heads=2, project="qkv", spatial_shape=(5, 7),
+                          coefficients=coefficients, rngs=nnx.Rngs(0))
+  shapes = {"/".join(map(str, path)): v.get_value().shape
+            for path, v in nnx.to_flat_state(nnx.state(layer))}
+  linears = {f"{m}/{p}" for m in ("query", "key", "value") for p in ("kernel", "bias")}
+  assert set(shapes) == linears | set(expected)
+  assert {name: shapes[name] for name in expected} == expected
+
+
+def test_relative_needs_a_2d_grid():
+  layer = GlobalAttention(4, "relative", num_heads=2, spatial_shape=(3, 5), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="needs a 2D grid"):
+    layer(jnp.ones((1, 3, 5, 2, 4)))

@@ -1,3 +1,5 @@
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -79,3 +81,51 @@ def test_conv_only_weight_decay_and_head_learning_rate_multiplier():
   np.testing.assert_allclose(updates["classifier"]["dense"], -1.0, rtol=1e-6)
   with pytest.raises(ValueError, match="decay_params"):
     optim.make_optimizer(_cfg(decay_params="all"), optax.constant_schedule(0.1))
+
+
+def _moments(state, name):
+  """The leaves of every `name` field (mu, trace, nu) in an optimizer state."""
+  return [leaf for _, value in optax.tree_utils.tree_get_all_with_path(state, name)
+          for leaf in jax.tree.leaves(value)]
+
+
+@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+@pytest.mark.parametrize("mu_dtype", [None, "float32", "bfloat16"])
+def test_first_moment_dtype(name, mu_dtype):
+  cfg = _cfg(name=name, schedule="constant", mu_dtype=mu_dtype)
+  tx = optim.make_optimizer(cfg, optax.constant_schedule(0.1))
+  params = {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros((2,))}
+  state = tx.init(params)
+  first = _moments(state, "mu" if name.startswith("adam") else "trace")
+  assert len(first) == 2
+  expected = jnp.bfloat16 if mu_dtype == "bfloat16" else jnp.float32
+  assert all(leaf.dtype == expected for leaf in first)
+  assert all(leaf.dtype == jnp.float32 for leaf in _moments(state, "nu"))  # Adam's second
+  grads = jax.tree.map(lambda p: jnp.full_like(p, 0.3), params)
+  updates, state = tx.update(grads, state, params)
+  new = optax.apply_updates(params, updates)
+  assert all(p.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(p)))
+             for p in jax.tree.leaves(new))
+  first = _moments(state, "mu" if name.startswith("adam") else "trace")
+  assert all(leaf.dtype == expected and bool(jnp.all(leaf != 0)) for leaf in first)
+
+
+def test_rmsprop_is_optax_rmsprop():
+  """The chain built for the momentum dtype has optax.rmsprop's state and updates."""
+  schedule = optax.exponential_decay(0.1, 2, 0.5)
+  tx = optim.make_optimizer(_cfg(name="rmsprop", schedule="constant"), schedule)
+  reference = optax.rmsprop(schedule, decay=0.9, eps=1e-3, momentum=0.9)
+  params = {"kernel": jnp.linspace(-1.0, 1.0, 6).reshape(3, 2)}
+  state, ref_state = tx.init(params), reference.init(params)
+  assert jax.tree.structure(state) == jax.tree.structure(optax.chain(reference).init(params))
+  for step in range(3):
+    grads = jax.tree.map(lambda p: jnp.sin(p * (step + 1)), params)
+    updates, state = tx.update(grads, state, params)
+    ref_updates, ref_state = reference.update(grads, ref_state, params)
+    np.testing.assert_array_equal(updates["kernel"], ref_updates["kernel"])
+
+
+def test_bad_mu_dtype():
+  with pytest.raises(ValueError, match="optimizer.mu_dtype"):
+    optim.make_optimizer(_cfg(schedule="constant", mu_dtype="float16"),
+                         optax.constant_schedule(0.1))
