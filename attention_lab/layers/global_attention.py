@@ -137,7 +137,7 @@ def _pooled(layer, q, k):
 
 def _pooled_attend(layer, q, k, v, scale):
   k, v = ops.pool_keys_values(k, v)
-  return ops.dot_product_attention(_flat(q), k, v, scale=scale, query_chunk_size=_chunk(layer))
+  return layer.attention_fn(_flat(q), k, v, scale=scale, query_chunk_size=_chunk(layer))
 
 
 def _siamese_w(layer, dtype):
@@ -213,7 +213,7 @@ def _relative_variables(layer, *, head_dim, spatial_shape, rngs, **options):
 OPERATORS = {
     "softmax": _dot_product(
         _grid,
-        lambda layer, q, k, v, scale: ops.dot_product_attention(
+        lambda layer, q, k, v, scale: layer.attention_fn(
             _flat(q), _flat(k), _flat(v), scale=scale, query_chunk_size=_chunk(layer))),
     "softmax_pool": _dot_product(  # keys and values average-pooled 2×2
         _pooled, _pooled_attend,
@@ -316,6 +316,8 @@ class GlobalAttention(nnx.Module):
       "auto" (default): "relative" picks its query blocks from the sizes
       (`ops.relative_attention_2d`); the softmax operators take all queries at once.
     dtype: compute dtype (parameters stay float32; statistics float32).
+    attention_fn: the softmax operators' attention, called as `ops.dot_product_attention`
+      (a fused kernel's, e.g. experiments/efficiency_fused.py).
   """
 
   def __init__(self, in_features: int, operator: str, *, num_heads: int = 1,
@@ -324,7 +326,8 @@ class GlobalAttention(nnx.Module):
                spatial_shape: tuple[int, ...] | None = None, use_bias: bool = True,
                siamese_w: str = "learned", global_term: bool = True,
                coefficients: str = "scale", bn_momentum: float = 0.99, bn_epsilon: float = 1e-5,
-               query_chunk_size: int | str | None = "auto", dtype=None, rngs: nnx.Rngs):
+               query_chunk_size: int | str | None = "auto", dtype=None,
+               attention_fn=ops.dot_product_attention, rngs: nnx.Rngs):
     if operator not in OPERATORS:
       raise ValueError(f"operator must be one of {tuple(OPERATORS)}, got {operator!r}")
     if project not in PROJECTIONS:
@@ -352,6 +355,7 @@ class GlobalAttention(nnx.Module):
     self.operator, self.num_heads, self.dtype = operator, num_heads, dtype
     self.global_term, self.coefficients = global_term, coefficients
     self.query_chunk_size = query_chunk_size
+    self.attention_fn = attention_fn  # softmax attention: ops' or a fused kernel's
     self.record_attention = False  # see `recording`
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.query = dense(in_features, key_features) if project == "qkv" else None
