@@ -13,13 +13,14 @@ momentum, nesterov, weight_decay, grad_clip_norm, schedule and its fields:
   RMSProp);
 - "poly": (1 − t/T)^power (segmentation).
 
-mu_dtype (None | "float32" | "bfloat16"): the dtype of the first moment (SGD and RMSProp
-momentum, Adam's m; optax's `mu_dtype` / `accumulator_dtype`), None keeping the parameters'
+mu_dtype ("" | "float32" | "bfloat16"): the dtype of the first moment (SGD and RMSProp
+momentum, Adam's m; optax's `mu_dtype` / `accumulator_dtype`), "" keeping the parameters'
 dtype. "bfloat16" halves that state's memory, as big_vision and MaxText offer for paper
 batches on small hardware; the second moment stays float32. SGD without momentum has no
 first moment.
 
-Segmentation recipes (DeepLabV2, HamNet) add two optional fields:
+Segmentation recipes (DeepLabV2, HamNet) set two more fields (configs/schema.py gives
+every field its default):
 - decay_params: "kernels" (default: every parameter of rank ≥ 2, i.e. conv and
   dense kernels, not biases or norm scales) or "conv_kernels" (rank-4 conv
   kernels only, as the Ham reference's weight decay "on conv weights only");
@@ -36,12 +37,12 @@ import optax
 
 SCHEDULES = ("constant", "step", "cosine", "exponential", "poly")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
-MU_DTYPES = {None: None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
+MU_DTYPES = {"": None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Schedule:
   lr = cfg.learning_rate
-  warmup = int(cfg.get("warmup_epochs", 0) * steps_per_epoch)
+  warmup = int(cfg.warmup_epochs * steps_per_epoch)
   if cfg.schedule not in SCHEDULES:
     raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {cfg.schedule!r}")
   if cfg.schedule == "constant":
@@ -55,7 +56,7 @@ def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Sched
     main = optax.exponential_decay(
         lr, int(cfg.decay_every_epochs * steps_per_epoch), cfg.decay_factor, staircase=True)
   else:
-    main = optax.polynomial_schedule(lr, 0.0, cfg.get("power", 0.9), max(1, total_steps - warmup))
+    main = optax.polynomial_schedule(lr, 0.0, cfg.power, max(1, total_steps - warmup))
   if not warmup:
     return main
   return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), main], [warmup])
@@ -64,35 +65,35 @@ def make_schedule(cfg, *, steps_per_epoch: int, total_steps: int) -> optax.Sched
 def make_optimizer(cfg, schedule: optax.Schedule) -> optax.GradientTransformation:
   if cfg.name not in OPTIMIZERS:
     raise ValueError(f"optimizer.name must be one of {OPTIMIZERS}, got {cfg.name!r}")
-  mu_dtype = cfg.get("mu_dtype")
+  mu_dtype = cfg.mu_dtype
   if mu_dtype not in MU_DTYPES:
     raise ValueError(f"optimizer.mu_dtype must be one of {tuple(MU_DTYPES)}, got {mu_dtype!r}")
   mu_dtype = MU_DTYPES[mu_dtype]
   chain = []
-  if cfg.get("grad_clip_norm"):
+  if cfg.grad_clip_norm:
     chain.append(optax.clip_by_global_norm(cfg.grad_clip_norm))
-  decay_mask = _decay_mask(cfg.get("decay_params", "kernels"))
+  decay_mask = _decay_mask(cfg.decay_params)
   if cfg.name == "sgd":
-    if cfg.get("weight_decay"):
+    if cfg.weight_decay:
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
-    chain.append(optax.sgd(schedule, momentum=cfg.get("momentum") or None,
-                           nesterov=cfg.get("nesterov", False), accumulator_dtype=mu_dtype))
+    chain.append(optax.sgd(schedule, momentum=cfg.momentum or None,
+                           nesterov=cfg.nesterov, accumulator_dtype=mu_dtype))
   elif cfg.name == "adam":
-    if cfg.get("weight_decay"):
+    if cfg.weight_decay:
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
-    chain.append(optax.adam(schedule, b1=cfg.get("b1", 0.9), b2=cfg.get("b2", 0.999),
-                            eps=cfg.get("eps", 1e-8), mu_dtype=mu_dtype))
+    chain.append(optax.adam(schedule, b1=cfg.b1, b2=cfg.b2,
+                            eps=cfg.eps, mu_dtype=mu_dtype))
   elif cfg.name == "adamw":
-    chain.append(optax.adamw(schedule, weight_decay=cfg.get("weight_decay", 0.0),
+    chain.append(optax.adamw(schedule, weight_decay=cfg.weight_decay,
                              mask=decay_mask, mu_dtype=mu_dtype))
   else:
-    if cfg.get("weight_decay"):
+    if cfg.weight_decay:
       chain.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
-    chain.append(_rmsprop(schedule, cfg.get("momentum", 0.9), mu_dtype))
-  multiplier = cfg.get("head_lr_multiplier", 1.0)
+    chain.append(_rmsprop(schedule, cfg.momentum, mu_dtype))
+  multiplier = cfg.head_lr_multiplier
   if multiplier != 1.0:
     chain.append(optax.masked(optax.scale(multiplier),
-                              head_mask(cfg.get("backbone_name", "backbone"))))
+                              head_mask(cfg.backbone_name)))
   return optax.chain(*chain)
 
 

@@ -1,16 +1,15 @@
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
 from attention_lab.train import optim
+from configs import schema
 
 
 def _cfg(**kw):
-  base = dict(name="sgd", learning_rate=0.1, momentum=0.9)
-  return ml_collections.ConfigDict({**base, **kw})
+  return schema.optimizer(**kw)
 
 
 def test_step_decay_of_the_sanet_recipe():
@@ -90,7 +89,7 @@ def _moments(state, name):
 
 
 @pytest.mark.parametrize("name", optim.OPTIMIZERS)
-@pytest.mark.parametrize("mu_dtype", [None, "float32", "bfloat16"])
+@pytest.mark.parametrize("mu_dtype", ["", "float32", "bfloat16"])
 def test_first_moment_dtype(name, mu_dtype):
   cfg = _cfg(name=name, schedule="constant", mu_dtype=mu_dtype)
   tx = optim.make_optimizer(cfg, optax.constant_schedule(0.1))
