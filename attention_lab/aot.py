@@ -171,7 +171,9 @@ def analyse(config, topology: str) -> dict:
            + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
   return {
       "topology": topology, "device_kind": kind, "chips": mesh.size,
-      "global_batch": config.batch_size,
+      "global_batch": config.batch_size, "microbatches": config.microbatches,
+      "bn_group_size": config.bn_group_size, "mu_dtype": (config.optimizer if "optimizer" in config else config.g_optimizer).mu_dtype
+      or "params",
       "argument_bytes": int(memory.argument_size_in_bytes),
       "output_bytes": int(memory.output_size_in_bytes),
       "temp_bytes": int(memory.temp_size_in_bytes),
@@ -194,7 +196,11 @@ def report(r: dict) -> str:
 
   return "\n".join([
       f"{r['topology']}: {r['chips']} × {r['device_kind']}, global batch {r['global_batch']} "
-      f"({r['global_batch'] // r['chips']} per device), {r['parameters']:,} parameters",
+      f"({r['global_batch'] // r['chips']} per device"
+      + (f", {r['microbatches']} micro-batches" if r.get("microbatches", 1) > 1 else "")
+      + (f", BatchNorm groups of {r['bn_group_size']}" if r.get("bn_group_size") else "")
+      + (f", first moment in {r['mu_dtype']}" if r.get("mu_dtype", "params") != "params" else "")
+      + f"), {r['parameters']:,} parameters",
       f"per device: arguments {gib(r['argument_bytes'])} + outputs {gib(r['output_bytes'])} + "
       f"temporaries {gib(r['temp_bytes'])} - donated {gib(r['alias_bytes'])} = "
       f"{gib(r['total_bytes'])} of {gib(r['hbm_bytes'])} {_memory_name(r)}: "
@@ -207,6 +213,24 @@ def report(r: dict) -> str:
           " (FLOPs and bytes: the unpartitioned program's / devices)"),
   ] + ([f"compiled with {r['compiler_options']} (XLA:GPU's Triton GEMM tiling failed)"]
        if r.get("compiler_options") else []))
+
+
+def smallest_microbatches(config, topology: str) -> dict | None:
+  """The figures of the smallest `microbatches` k > config's that fits on `topology`
+  (powers of two that divide the batch and keep `bn_group_size`'s groups whole on each
+  device), or None when none does. Each try is one more compile."""
+  k = config.microbatches * 2
+  while config.batch_size % k == 0:
+    trial = config.copy_and_resolve_references()
+    trial.microbatches = k
+    try:
+      result = analyse(trial, topology)
+    except ValueError:  # the groups no longer fit a device's share of a micro-batch
+      return None
+    if result["fits"]:
+      return {**result, "microbatches": k}
+    k *= 2
+  return None
 
 
 def _memory_name(r: dict) -> str:
@@ -234,10 +258,16 @@ def main(argv):
     path.write_text(json.dumps(result, indent=1))
   if not result["fits"]:
     refused = "" if result["compiled"] else " (XLA refused to compile it)"
+    with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
+      smaller = smallest_microbatches(config, _TOPOLOGY.value)
+    advice = ("; no number of micro-batches makes it fit" if smaller is None else
+              f"; --config.microbatches={smaller['microbatches']} fits "
+              f"({smaller['total_bytes'] / GIB:.2f} GiB, roofline "
+              f"{smaller['step_time_s'] * 1e3:.1f} ms/step)")
     print(f"error: {result['total_bytes'] / GIB:.2f} GiB per device does not fit in "
           f"{result['hbm_bytes'] / GIB:.3g} GiB of {result['device_kind']} "
-          f"{_memory_name(result)} on "
-          f"{result['topology']}{refused}", file=sys.stderr, flush=True)
+          f"{_memory_name(result)} on {result['topology']}{refused}{advice}",
+          file=sys.stderr, flush=True)
     sys.exit(1)
 
 

@@ -45,6 +45,7 @@ def digits_cpu(config: ml_collections.ConfigDict, optimizer: ml_collections.Conf
     config.model.dropout = 0.0
   config.model.dtype = "float32"
   config.batch_size = batch_size
+  config.bn_group_size = 0  # one CPU: BatchNorm over the whole batch
   config.num_train_steps = steps
   config.label_smoothing = 0.0
   config.optimizer = optimizer

@@ -35,7 +35,7 @@ import time
 from absl import app, flags, logging
 
 from attention_lab.evaluation import generative
-from attention_lab.train import upstream
+from attention_lab.train import dependencies
 from attention_lab.train.trainer import Trainer
 from configs.gan import default
 from experiments import measure
@@ -64,7 +64,7 @@ def run_variant(variant: str, workdir: str, steps: int) -> dict:
   config = variant_config(variant, workdir, steps)
   run_dir = os.path.join(workdir, variant)
   call_start, cpu_start = time.time(), time.process_time()
-  trainer = Trainer(config, run_dir)
+  trainer = Trainer(config, run_dir, dependencies.resolve(config, run_dir))
   untrained = None
   started = pathlib.Path(run_dir, "started.json")
   resumed_from = int(trainer.state["step"])
@@ -172,10 +172,10 @@ def main(argv):
   rows = {r["variant"]: r for r in previous.get("rows", [])}
   start = time.time()
   ev = variant_config("none", workdir, _STEPS.value).eval
-  upstream.digits_classifier(ev, workdir)
+  classifier = dependencies.trained(dependencies.load_config_file(ev.classifier_config),
+                                    ev.classifier_workdir)
   classifier_s = time.time() - start
-  classifier = Trainer(upstream.load_config_file(ev.classifier_config),
-                       ev.classifier_workdir).evaluate()
+  classifier = classifier.evaluate()
   for variant in _VARIANTS.value:
     logging.info("Training variant %s", variant)
     rows[variant] = run_variant(variant, workdir, _STEPS.value)

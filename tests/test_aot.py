@@ -46,6 +46,7 @@ def test_tiny_config_on_v5e_2x2_and_a_batch_that_does_not_fit(tmp_path):
   assert result.returncode == 1, result.stderr[-3000:]
   assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
   assert "does not fit in 16 GiB of TPU v5 lite HBM on v5e:2x2" in result.stderr
+  assert re.search(r"; --config.microbatches=\d+ fits \([\d.]+ GiB", result.stderr)
   assert "4 × TPU v5 lite, global batch 1048576 (262144 per device)" in result.stdout
   r = json.loads(out.read_text())
   assert r["topology"] == "v5e:2x2" and r["chips"] == 4 and r["global_batch"] == 2**20
@@ -54,6 +55,29 @@ def test_tiny_config_on_v5e_2x2_and_a_batch_that_does_not_fit(tmp_path):
   assert r["output_bytes"] > 0 and r["temp_bytes"] > r["hbm_bytes"] and not r["compiled"]
   total = r["argument_bytes"] + r["output_bytes"] + r["temp_bytes"] - r["alias_bytes"]
   assert r["total_bytes"] == total > r["hbm_bytes"]
+
+
+def test_the_smallest_number_of_microbatches_that_fits(monkeypatch):
+  """Powers of two from the config's k up, while they divide the batch and the BatchNorm
+  groups stay whole on each device."""
+  from configs import default  # pylint: disable=g-import-not-at-top
+  tried = []
+
+  def analyse(config, topology):
+    del topology
+    tried.append(config.microbatches)
+    if config.batch_size // config.microbatches % max(config.bn_group_size, 1):
+      raise ValueError("bn_group_size must divide each device's share")
+    return {"fits": config.microbatches >= 4, "total_bytes": 1 << 30, "step_time_s": 0.1}
+
+  monkeypatch.setattr(aot, "analyse", analyse)
+  config = default.get_config("tiny")  # batch 16
+  assert aot.smallest_microbatches(config, "v5e:2x2")["microbatches"] == 4
+  assert tried == [2, 4]
+  config.bn_group_size, tried[:] = 8, []
+  assert aot.smallest_microbatches(config, "v5e:2x2") is None and tried == [2, 4]
+  config.bn_group_size, config.batch_size, tried[:] = 0, 6, []
+  assert aot.smallest_microbatches(config, "v5e:2x2") is None and tried == [2]
 
 
 @needs_cuda_plugin

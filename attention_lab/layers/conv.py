@@ -4,6 +4,8 @@ from collections.abc import Callable
 
 from flax import nnx
 
+from attention_lab.layers import batch_norm
+
 
 class ConvBN(nnx.Module):
   """k×k convolution without bias, batch norm, then `activation` (None: linear). `padding`
@@ -14,7 +16,7 @@ class ConvBN(nnx.Module):
                rngs: nnx.Rngs):
     self.conv = nnx.Conv(cin, cout, (kernel, kernel), strides=stride, feature_group_count=groups,
                          padding=padding, use_bias=False, dtype=dtype, rngs=rngs)
-    self.norm = nnx.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm = batch_norm.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
     self.activation = activation
 
   def __call__(self, x):

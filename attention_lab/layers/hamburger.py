@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import batch_norm
 from attention_lab.layers import recording
 
 HAMS = ("nmf", "vq", "cd")
@@ -144,7 +145,7 @@ class Hamburger(nnx.Module):
                   nnx.Linear(in_features, dim, use_bias=True, dtype=dtype, rngs=rngs))
     self.upper = (None if "upper" in without else
                   nnx.Linear(dim, in_features, use_bias=False, dtype=dtype, rngs=rngs))
-    self.norm = nnx.BatchNorm(in_features, momentum=norm_momentum, dtype=dtype, rngs=rngs)
+    self.norm = batch_norm.BatchNorm(in_features, momentum=norm_momentum, dtype=dtype, rngs=rngs)
     self.distribution = "uniform" if ham == "nmf" else "normal"
     if init == "random":
       self.rngs = nnx.Rngs(bases=rngs.params())

@@ -5,6 +5,7 @@ import math
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import batch_norm
 from attention_lab.layers import recording
 
 
@@ -47,7 +48,7 @@ class NonLocal(nnx.Module):
     dense = lambda i, o: nnx.Linear(i, o, use_bias=use_bias, dtype=dtype, rngs=rngs)
     self.theta, self.phi, self.g = (dense(in_features, inner) for _ in range(3))
     self.out = dense(inner, in_features)
-    self.norm = nnx.BatchNorm(in_features, scale_init=nnx.initializers.zeros_init(),
+    self.norm = batch_norm.BatchNorm(in_features, scale_init=nnx.initializers.zeros_init(),
                               dtype=dtype, rngs=rngs)
 
   def _pool(self, t):

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab.layers import GlobalAttention, Hamburger
+from attention_lab.layers import batch_norm
 from attention_lab.layers.conv import ConvBN
 from attention_lab.layers.global_attention import OPERATORS
 from attention_lab.models.registry import register
@@ -40,7 +41,7 @@ class AttentionCNN(nnx.Module):
     elif attention != "none":
       self.block = GlobalAttention(c, attention, num_heads=heads, project="qkv",
                                    out_features=c, spatial_shape=grid, dtype=dtype, rngs=rngs)
-      self.block_norm = nnx.BatchNorm(c, scale_init=nnx.initializers.zeros, dtype=dtype,
+      self.block_norm = batch_norm.BatchNorm(c, scale_init=nnx.initializers.zeros, dtype=dtype,
                                       rngs=rngs)
     self.dropout = nnx.Dropout(dropout, rngs=rngs)
     self.head = nnx.Linear(c, num_classes, dtype=dtype, rngs=rngs)

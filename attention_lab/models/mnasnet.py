@@ -36,6 +36,7 @@ momentum 0.9, ε 1e-5 (the repository's ConvBN; the reference: 0.99, 1e-3).
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_lab.layers import batch_norm
 from attention_lab.layers.augmented_conv import AugmentedConv
 from attention_lab.layers.conv import ConvBN
 from attention_lab.layers.excite import SqueezeExcite
@@ -70,10 +71,10 @@ class MBConv(nnx.Module):
       self.expand = AugmentedConv(cin, hidden, 1, kappa=0.1, upsilon=0.05, heads=heads,
                                   downsample=downsample, spatial_shape=(size, size), dtype=dtype,
                                   rngs=rngs)
-      self.expand_norm = nnx.BatchNorm(hidden, momentum=0.9, dtype=dtype, rngs=rngs)
+      self.expand_norm = batch_norm.BatchNorm(hidden, momentum=0.9, dtype=dtype, rngs=rngs)
     else:
       self.expand = nnx.Conv(cin, hidden, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
-      self.expand_norm = nnx.BatchNorm(hidden, momentum=0.9, dtype=dtype, rngs=rngs)
+      self.expand_norm = batch_norm.BatchNorm(hidden, momentum=0.9, dtype=dtype, rngs=rngs)
     self.depthwise = ConvBN(hidden, hidden, kernel, stride, groups=hidden, dtype=dtype, rngs=rngs)
     # hidden // (4·e) = int(cin / 4), the reference's SE width (se_ratio 0.25 of the block input).
     self.excite = (SqueezeExcite(hidden, reduction=4 * expansion, dtype=dtype, rngs=rngs)

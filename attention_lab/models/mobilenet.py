@@ -22,6 +22,7 @@ baselines keep their operators' own normalisation (softmax, 1/N).
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_lab.layers import batch_norm
 from attention_lab.layers.mobile import MobileBlock
 from attention_lab.models.registry import register
 
@@ -63,7 +64,7 @@ class MobileNet(nnx.Module):
       raise ValueError(f"base must be one of {BASES}, got {base!r}")
     c = _scaled(32, width)
     self.stem = nnx.Conv(in_channels, c, (3, 3), strides=2, use_bias=False, dtype=dtype, rngs=rngs)
-    self.stem_norm = nnx.BatchNorm(c, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.stem_norm = batch_norm.BatchNorm(c, momentum=0.9, dtype=dtype, rngs=rngs)
     size = -(-image_size // 2)
     blocks = []
     for row, (r, d, n, s) in enumerate(LAYOUT):
@@ -81,7 +82,7 @@ class MobileNet(nnx.Module):
     self.blocks = nnx.List(blocks)
     last = max(1280, _scaled(1280, width)) if width > 1 else _scaled(1280, width)
     self.last = nnx.Conv(c, last, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
-    self.last_norm = nnx.BatchNorm(last, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.last_norm = batch_norm.BatchNorm(last, momentum=0.9, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout, rngs=rngs)
     self.head = nnx.Linear(last, num_classes, dtype=dtype, rngs=rngs)
 

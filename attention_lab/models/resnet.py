@@ -56,6 +56,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab.layers import AugmentedConv, ConvBN, SqueezeExcite
+from attention_lab.layers import batch_norm
 from attention_lab.models.registry import register
 
 # Blocks per stage by depth: basic blocks for BASIC_DEPTHS, bottlenecks for the others. The
@@ -97,9 +98,9 @@ class BasicBlock(nnx.Module):
   def __init__(self, cin, planes, stride, dilation, *, spatial, augment, excite,
                padding="same", dtype, rngs):
     self.conv1 = _conv3x3(cin, planes, stride, dilation, spatial, augment, padding, dtype, rngs)
-    self.norm1 = nnx.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm1 = batch_norm.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
     self.conv2 = _conv3x3(planes, planes, 1, dilation, None, None, padding, dtype, rngs)
-    self.norm2 = nnx.BatchNorm(planes, momentum=0.9, scale_init=nnx.initializers.zeros,
+    self.norm2 = batch_norm.BatchNorm(planes, momentum=0.9, scale_init=nnx.initializers.zeros,
                                dtype=dtype, rngs=rngs)
     self.excite = SqueezeExcite(planes, dtype=dtype, rngs=rngs) if excite else None
     self.shortcut = _shortcut(cin, planes, stride, dtype, rngs)
@@ -123,9 +124,9 @@ class Bottleneck(nnx.Module):
     cout = 4 * planes
     self.reduce = ConvBN(cin, planes, 1, dtype=dtype, rngs=rngs)
     self.conv = _conv3x3(planes, planes, stride, dilation, spatial, augment, padding, dtype, rngs)
-    self.norm = nnx.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm = batch_norm.BatchNorm(planes, momentum=0.9, dtype=dtype, rngs=rngs)
     self.expand = nnx.Conv(planes, cout, (1, 1), use_bias=False, dtype=dtype, rngs=rngs)
-    self.expand_norm = nnx.BatchNorm(cout, momentum=0.9, scale_init=nnx.initializers.zeros,
+    self.expand_norm = batch_norm.BatchNorm(cout, momentum=0.9, scale_init=nnx.initializers.zeros,
                                      dtype=dtype, rngs=rngs)
     self.excite = SqueezeExcite(cout, dtype=dtype, rngs=rngs) if excite else None
     self.shortcut = _shortcut(cin, cout, stride, dtype, rngs)

@@ -27,6 +27,7 @@ import re
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_lab.layers import batch_norm
 from attention_lab.models.registry import register
 from attention_lab.models.resnet import STAGES, ResNetBackbone
 
@@ -84,7 +85,7 @@ class Subnet(nnx.Module):
     self.out = _conv(features, outputs, 3, dtype=dtype, rngs=rngs, head=True, bias=bias)
     self.norm = norm
     if norm == "batch":
-      self.norms = nnx.List([nnx.List([nnx.BatchNorm(features, momentum=0.9, dtype=dtype,
+      self.norms = nnx.List([nnx.List([batch_norm.BatchNorm(features, momentum=0.9, dtype=dtype,
                                                      rngs=rngs) for _ in range(convs)])
                              for _ in range(levels)])
     elif norm == "group":

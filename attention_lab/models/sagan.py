@@ -54,6 +54,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab import ops
+from attention_lab.layers import batch_norm
 from attention_lab.layers.self_attention import SelfAttention, maybe_spectral_norm, xavier
 from attention_lab.models.registry import register
 
@@ -177,7 +178,7 @@ class ClassBatchNorm(nnx.Module):
 
   def __init__(self, features, num_classes, *, embedding=0, dtype, rngs):
     self.conditional = num_classes >= 2
-    self.norm = nnx.BatchNorm(features, epsilon=1e-5, use_scale=not self.conditional,
+    self.norm = batch_norm.BatchNorm(features, epsilon=1e-5, use_scale=not self.conditional,
                               use_bias=not self.conditional, dtype=dtype, rngs=rngs)
     self.embedding = embedding if self.conditional else 0
     if self.embedding:
@@ -292,7 +293,7 @@ class SaganGenerator(nnx.Module):
         self.context = context_module(attention, cin, spectral_norm=spectral_norm, dtype=dtype,
                                       rngs=rngs, key_pool=key_pool)
     self.blocks = nnx.List(blocks)
-    self.norm = nnx.BatchNorm(cin, epsilon=1e-5, dtype=dtype, rngs=rngs)
+    self.norm = batch_norm.BatchNorm(cin, epsilon=1e-5, dtype=dtype, rngs=rngs)
     self.out = _conv(cin, 3, 3, spectral_norm, dtype, rngs)
 
   def __call__(self, z, labels=None):

@@ -14,13 +14,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_lab.layers import AugmentedConv, GatherExcite, SqueezeExcite
+from attention_lab.layers import batch_norm
 from attention_lab.models.registry import register
 
 
 class WideBlock(nnx.Module):
   def __init__(self, cin, cout, stride, *, size, excite, augment, heads, min_key_dims, dropout,
                dtype, rngs):
-    self.norm1 = nnx.BatchNorm(cin, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm1 = batch_norm.BatchNorm(cin, momentum=0.9, dtype=dtype, rngs=rngs)
     if augment:
       self.conv1 = AugmentedConv(cin, cout, 3, stride, kappa=0.2, upsilon=0.1, heads=heads,
                                  min_key_dims_per_head=min_key_dims, spatial_shape=(size, size),
@@ -28,7 +29,7 @@ class WideBlock(nnx.Module):
     else:
       self.conv1 = nnx.Conv(cin, cout, (3, 3), strides=stride, use_bias=False, dtype=dtype,
                             rngs=rngs)
-    self.norm2 = nnx.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm2 = batch_norm.BatchNorm(cout, momentum=0.9, dtype=dtype, rngs=rngs)
     self.dropout = nnx.Dropout(dropout, rngs=rngs)
     self.conv2 = nnx.Conv(cout, cout, (3, 3), use_bias=False, dtype=dtype, rngs=rngs)
     self.excite = {"se": lambda: SqueezeExcite(cout, dtype=dtype, rngs=rngs),
@@ -67,7 +68,7 @@ class WideResNet(nnx.Module):
                                 dtype=dtype, rngs=rngs))
         cin, size = cout, -(-size // stride)
     self.blocks = nnx.List(blocks)
-    self.norm = nnx.BatchNorm(cin, momentum=0.9, dtype=dtype, rngs=rngs)
+    self.norm = batch_norm.BatchNorm(cin, momentum=0.9, dtype=dtype, rngs=rngs)
     self.head = nnx.Linear(cin, num_classes, dtype=dtype, rngs=rngs)
 
   def __call__(self, x):

@@ -32,13 +32,22 @@ def make_mesh(config, devices=None) -> jax.sharding.Mesh:
 
 
 def check_batch(config, mesh) -> int:
-  """This process's share of `config.batch_size`; ValueError unless the devices of the mesh
-  and the processes divide it."""
+  """This process's share of `config.batch_size`; ValueError unless the devices of the mesh,
+  the processes and `microbatches` divide it, and `bn_group_size` divides each device's
+  share of a micro-batch (a statistics group never spans devices or micro-batches)."""
   for count, what in ((mesh.size, "the number of devices in the mesh"),
-                      (jax.process_count(), "the process count")):
-    if config.batch_size % count:
+                      (jax.process_count(), "the process count"),
+                      (config.microbatches, "microbatches")):
+    if not isinstance(count, int) or count < 1 or config.batch_size % count:
       raise ValueError(f"batch_size = {config.batch_size}: must be divisible by {what} "
                        f"({count})")
+  per_device = config.batch_size // config.microbatches // mesh.size
+  group = config.bn_group_size
+  if group < 0 or (group and per_device % group):
+    raise ValueError(f"bn_group_size = {group}: must be 0 (the whole batch) or divide each "
+                     f"device's share of a micro-batch (batch_size {config.batch_size} / "
+                     f"microbatches {config.microbatches} / {mesh.size} devices = "
+                     f"{per_device})")
   return config.batch_size // jax.process_count()
 
 

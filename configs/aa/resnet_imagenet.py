@@ -70,6 +70,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.model.update(kappa=kappa, upsilon=upsilon, heads=8, min_key_dims=20,
                         positional="relative")
   config.batch_size = 1024 if augmented else 2048
+  config.bn_group_size = config.batch_size // 8  # BatchNorm per V100 worker (128 or 256)
   config.num_epochs = 100
   config.label_smoothing = 0.0
   config.optimizer.update(

@@ -52,6 +52,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   if augmented:
     config.model.heads, config.model.min_key_dims = 8, 20
   config.batch_size = 256 if augmented else 1024
+  config.bn_group_size = config.batch_size // 8  # BatchNorm per V100 worker (32 or 128)
   config.num_epochs = 500
   config.optimizer.update(
       name="sgd", learning_rate=0.2 * config.batch_size / 256, momentum=0.9, nesterov=False,

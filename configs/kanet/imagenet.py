@@ -34,4 +34,5 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = sao.recipe(row, size)
   if size is None:
     config.batch_size = BATCH_SIZE  # the `:cpu` / `:tiny` sizes keep their own batch
+    config.bn_group_size = BATCH_SIZE // 8  # BatchNorm per GPU: 64 on each of 8 TITAN Xp
   return config

@@ -55,6 +55,9 @@ def recipe(row: str, size: str | None) -> ml_collections.ConfigDict:
   config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2,
                       dtype="float32")
   config.batch_size = 640
+  # BatchNorm statistics per GPU: 8 RTX 2080 Ti with 80 images each (PyTorch without
+  # SyncBN); KANet's 512 on 8 TITAN Xp set 64 (configs/kanet/imagenet.py).
+  config.bn_group_size = 80
   config.num_epochs = 150
   config.optimizer.update(
       name="sgd", learning_rate=0.1, momentum=0.9, nesterov=False, weight_decay=4e-5,

@@ -238,3 +238,18 @@ def test_unknown_task(tmp_path, data_dir):
   config.task = "no_such_task"
   with pytest.raises(ValueError, match="task must be one of"):
     Trainer(config, str(tmp_path))
+
+
+def test_microbatches_and_batchnorm_groups_train_and_check_their_sizes(tmp_path, data_dir):
+  """A synthetic speed run in 2 micro-batches with BatchNorm statistics per 4 examples; sizes
+  that would split a group across devices or micro-batches are one-line errors."""
+  two = {"mesh.num_devices": 2}
+  config = tiny_config(data_dir, **two, **{"microbatches": 2, "bn_group_size": 4,
+                                           "dataset.synthetic": True})
+  summary = Trainer(config, str(tmp_path / "run")).run()
+  assert np.isfinite(summary["train_loss"]) and "eval_top1" not in summary  # no evaluation
+  for overrides, match in (({"microbatches": 3}, r"divisible by microbatches \(3\)"),
+                           ({"bn_group_size": 3}, r"bn_group_size = 3: .* devices = 8\)"),
+                           ({"microbatches": 2, "bn_group_size": 8}, r"devices = 4\)")):
+    with pytest.raises(ValueError, match=match):
+      Trainer(tiny_config(data_dir, **two, **overrides), str(tmp_path / "bad"))

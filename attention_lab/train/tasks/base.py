@@ -46,7 +46,7 @@ from jax.sharding import PartitionSpec as P
 
 from attention_lab import models
 from attention_lab.checkpoints import backbone_weights
-from attention_lab.train import optim
+from attention_lab.train import microbatch, optim
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 Batch = dict[str, np.ndarray]
@@ -186,6 +186,8 @@ def create_model(model_config, **kwargs) -> nnx.Module:
 class TrainableModel:
   """One NNX model and its optax optimizer as the pure pieces a jitted step needs.
 
+  `bn_group_size` (config.bn_group_size): examples per BatchNorm statistics group in
+  training, as the papers' per-GPU workers had them; 0 the whole (micro-)batch.
   Its state is {"params", "rest", "opt_state"}: `rest` holds every non-parameter
   variable (BatchNorm statistics, RNG keys and counters of dropout or Hamburger
   bases). The graph definitions come from `nnx.eval_shape`, so building one
@@ -193,9 +195,11 @@ class TrainableModel:
   """
 
   def __init__(self, build: Callable[[nnx.Rngs], nnx.Module], tx: optax.GradientTransformation,
-               seed: int):
+               seed: int, bn_group_size: int = 0):
     self.build, self.tx, self.seed = build, tx, seed
     abstract = nnx.eval_shape(lambda: build(nnx.Rngs(seed)))
+    if bn_group_size:  # BatchNorm statistics per group of examples (layers/batch_norm.py)
+      abstract.set_attributes(bn_group_size=bn_group_size, raise_if_not_found=False)
     abstract.eval()
     self.eval_graphdef = nnx.graphdef(abstract)
     abstract.train()
@@ -211,6 +215,21 @@ class TrainableModel:
     """The module with `state`'s variables (a copy: its updates do not touch `state`)."""
     graphdef = self.train_graphdef if train else self.eval_graphdef
     return nnx.merge(graphdef, state["params"], state["rest"], copy=True)
+
+  def gradients(self, state, batch, loss_fn: Callable, microbatches: int = 1):
+    """(grads, (rest, metrics)) of `loss_fn(model, batch) -> (mean loss, metrics)` for the
+    model in training mode: over the whole batch, or accumulated over `microbatches`
+    pieces in one scan (train/microbatch.py; BatchNorm statistics updated per piece, as
+    the papers' workers did per step)."""
+
+    def grad_fn(params, rest, batch):
+      def objective(params):
+        model = self.model({"params": params, "rest": rest}, train=True)
+        loss, values = loss_fn(model, batch)
+        return loss, (non_params(model), values)
+      return jax.grad(objective, has_aux=True)(params)
+
+    return microbatch.accumulate(grad_fn, state["params"], state["rest"], batch, microbatches)
 
   def update(self, state, grads, rest) -> dict[str, Any]:
     """One optimizer step on `grads`; `rest` replaces the non-parameter variables."""

@@ -38,7 +38,8 @@ class Classification(base.Task):
     self.set_schedule(info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs),
-        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed,
+        config.bn_group_size)
 
   def init_state(self):
     return {"step": jnp.zeros((), jnp.int32), **self.net.init()}
@@ -60,12 +61,9 @@ class Classification(base.Task):
     return base.masked_mean(per_example, mask), values
 
   def train_step(self, state, batch):
-    def loss_fn(params):
-      model = self.net.model({**state, "params": params}, train=True)
-      loss, values = self.loss_and_metrics(model(batch["image"]), batch)
-      return loss, (base.non_params(model), values)
-
-    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    grads, (rest, values) = self.net.gradients(
+        state, batch, lambda model, b: self.loss_and_metrics(model(b["image"]), b),
+        self.config.microbatches)
     return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
 
   def eval_step(self, state, batch):

@@ -73,7 +73,8 @@ class Detection(base.Task):
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes,
                                        num_anchors=per_location, image_size=size, rngs=rngs,
                                        **backbone_weights.model_options(config)),
-        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed,
+        config.bn_group_size)
     self._jit_detect = None
 
   def init_state(self):
@@ -107,13 +108,11 @@ class Detection(base.Task):
     return loss, values
 
   def train_step(self, state, batch):
-    def loss_fn(params):
-      model = self.net.model({**state, "params": params}, train=True)
-      cls_logits, box_deltas = model(batch["image"])
-      loss, values = self.loss_and_metrics(cls_logits, box_deltas, batch)
-      return loss, (base.non_params(model), values)
-
-    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    """With micro-batches each piece's loss is normalised by its own positive anchors (the
+    mean of the pieces' losses, as k workers' gradients averaged)."""
+    grads, (rest, values) = self.net.gradients(
+        state, batch, lambda model, b: self.loss_and_metrics(*model(b["image"]), b),
+        self.config.microbatches)
     return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
 
   def train_batches(self, start_step):

@@ -124,6 +124,9 @@ class GAN(base.Task):
       raise ValueError(f"conditional=True needs a labelled dataset; {config.dataset.name!r} has "
                        f"{classes} classes")
     self.num_classes = classes if self.conditional else 0
+    if config.microbatches != 1:
+      raise ValueError(f"microbatches = {config.microbatches}: the GAN's D and G steps take "
+                       "the whole batch (the papers' GAN batches fit one device); use 1")
     self.d_steps = int(config.d_steps)
     if self.d_steps < 1:
       raise ValueError(f"d_steps must be >= 1, got {config.d_steps}")

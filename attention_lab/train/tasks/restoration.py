@@ -69,7 +69,8 @@ class Restoration(base.Task):
     self.set_schedule(self.info.num_examples(config.dataset.train_split))
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, in_channels=self.info.channels, rngs=rngs),
-        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed,
+        config.bn_group_size)
     self.multiple = self._divisors(config.model)
     self._predict = None
     self._picture = None
@@ -98,12 +99,9 @@ class Restoration(base.Task):
     return jnp.mean(per_example), values
 
   def train_step(self, state, batch):
-    def loss_fn(params):
-      model = self.net.model({**state, "params": params}, train=True)
-      loss, values = self.loss_and_metrics(model(batch["input"]), batch["target"])
-      return loss, (base.non_params(model), values)
-
-    grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    grads, (rest, values) = self.net.gradients(
+        state, batch, lambda model, b: self.loss_and_metrics(model(b["input"]), b["target"]),
+        self.config.microbatches)
     return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
 
   def train_batches(self, start_step):

@@ -117,7 +117,8 @@ class Segmentation(base.Task):
     self.net = base.TrainableModel(
         lambda rngs: base.create_model(config.model, num_classes=self.num_classes, rngs=rngs,
                                        **extra),
-        optim.make_optimizer(config.optimizer, self.schedule), config.seed)
+        optim.make_optimizer(config.optimizer, self.schedule), config.seed,
+        config.bn_group_size)
     ev = config.eval
     self.eval_scales = tuple(ev.scales)
     self.eval_flip = bool(ev.flip)
@@ -135,24 +136,22 @@ class Segmentation(base.Task):
     return self.net.model(state, train=False)
 
   # Training.
-  def train_step(self, state, batch):
+  def loss_and_metrics(self, model, batch):
     labels = batch["label"]
-
-    def loss_fn(params):
-      model = self.net.model({**state, "params": params}, train=True)
-      if self.aux_weight > 0:
-        logits, aux = model(batch["image"], with_aux=True)
-        loss = pixel_cross_entropy(logits, labels)[0]
-        loss = loss + self.aux_weight * pixel_cross_entropy(aux, labels)[0]
-      else:
-        logits = model(batch["image"])
-        loss = pixel_cross_entropy(logits, labels)[0]
-      return loss, (base.non_params(model), logits)
-
-    (loss, (rest, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+    if self.aux_weight > 0:
+      logits, aux = model(batch["image"], with_aux=True)
+      loss = pixel_cross_entropy(logits, labels)[0]
+      loss = loss + self.aux_weight * pixel_cross_entropy(aux, labels)[0]
+    else:
+      logits = model(batch["image"])
+      loss = pixel_cross_entropy(logits, labels)[0]
     valid = labels != IGNORE
     accuracy = jnp.sum((jnp.argmax(logits, -1) == labels) & valid) / jnp.maximum(valid.sum(), 1)
-    values = TrainMetrics.single_from_model_output(loss=loss, pixel_accuracy=accuracy)
+    return loss, TrainMetrics.single_from_model_output(loss=loss, pixel_accuracy=accuracy)
+
+  def train_step(self, state, batch):
+    grads, (rest, values) = self.net.gradients(state, batch, self.loss_and_metrics,
+                                               self.config.microbatches)
     return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
 
   def train_batches(self, start_step):
