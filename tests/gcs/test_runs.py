@@ -59,13 +59,13 @@ def _main(cwd, env, *args) -> subprocess.Popen:
   return _start("attention_lab.main", cwd, env, TINY, *args)
 
 
-def _finish(process: subprocess.Popen) -> tuple[int, str, str]:
+def _finish(process: subprocess.Popen, timeout: float = TIMEOUT_S) -> tuple[int, str, str]:
   try:
-    out, err = process.communicate(timeout=TIMEOUT_S)
+    out, err = process.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
     process.kill()
     out, err = process.communicate()
-    pytest.fail(f"no end in {TIMEOUT_S} s: {out[-2000:]} {err[-3000:]}")
+    pytest.fail(f"no end in {timeout} s: {out[-2000:]} {err[-3000:]}")
   return process.returncode, out, err
 
 
@@ -110,10 +110,11 @@ def _no_local_gs_folder(*folders) -> None:
 
 
 def _committed(bucket: emulator_lib.Bucket, checkpoints: str) -> list[int]:
-  """The steps under `checkpoints` that orbax finished (its commit marker written)."""
-  steps = {n[len(checkpoints) + 1:].split("/")[0] for n in bucket.names(checkpoints + "/")
-           if n.endswith("/commit_success.txt")}
-  return sorted(int(s) for s in steps if s.isdigit())
+  """The steps under `checkpoints` that orbax finished: their own commit marker written
+  (the last object of a save; each item's marker comes before it)."""
+  marker = re.compile(re.escape(checkpoints) + r"/(\d+)/commit_success\.txt")
+  return sorted(int(m.group(1)) for n in bucket.names(checkpoints + "/")
+                if (m := marker.fullmatch(n)))
 
 
 def _arrays(path: str, bucket: emulator_lib.Bucket, monkeypatch) -> list[bytes]:
@@ -307,10 +308,13 @@ def test_compilation_cache_on_gs_hit_in_a_second_run(gcs, data_dir, tmp_path):
 QUICK_RETRIES = {"GCS_RETRY_CONFIG_MAX_RETRIES": "3",
                  "GCS_RETRY_CONFIG_INIT_DELAY_TIME_US": "100000",
                  "GCS_RETRY_CONFIG_MAX_DELAY_TIME_US": "500000"}
+# The faulted run reports and exits within this many seconds of the storage going away,
+# not after tensorstore's own retries of its abandoned writes (32, up to 32 s apart).
+FAULT_EXIT_S = 60
 
 
 def test_storage_gone_during_a_save_then_back(data_dir, tmp_path):
-  """The emulator stopped once step 10's checkpoint is committed, before step 20's: one
+  """The emulator stopped after step 12, step 10's checkpoint committed, before step 20's: one
   line on stderr naming step 10 as the latest, exit 2; step 10 still the newest in the
   bucket once the emulator is back (same port, its files kept); the same command resumes
   from it and ends as the run on local disk that never faulted."""
@@ -325,12 +329,19 @@ def test_storage_gone_during_a_save_then_back(data_dir, tmp_path):
             "--config.checkpoint_every_steps=10", "--config.keep_checkpoints=5"]
     straight = _main(tmp_path / "local", env, f"--workdir={tmp_path / 'local' / 'w'}", *args)
     faulted = _main(tmp_path / "run", env, f"--workdir={workdir}", *args)
-    deadline = time.monotonic() + TIMEOUT_S
-    while not _committed(bucket, "run/checkpoints") and faulted.poll() is None:
-      assert time.monotonic() < deadline, "no checkpoint committed"
-      time.sleep(0.02)
-    emulator.stop()  # steps 11-20 take a second or more: before the next save
-    code, out, err = _finish(faulted)
+    seen, deadline = [], time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:  # until step 12 or later, with step 10 committed
+      line = faulted.stdout.readline()
+      if not line:
+        break
+      seen.append(line)
+      step = re.match(r"step (\d+)/", line)
+      if step and int(step.group(1)) >= 12 and _committed(bucket, "run/checkpoints") == [10]:
+        emulator.stop()  # steps 13-20 to go: no save is under way
+        break
+    code, out, err = _finish(faulted, timeout=FAULT_EXIT_S)
+    out = "".join(seen) + out
+    assert emulator.process.poll() is not None, f"step 10 never committed: {out}"
     emulator.start()
     assert _committed(bucket, "run/checkpoints") == [10]
     assert code == 2, err[-3000:]
