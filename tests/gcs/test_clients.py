@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.gcs import epath_checks
+from tests.gcs import epath_checks, tfevents
 
 REPO = pathlib.Path(__file__).parents[2]
 
@@ -125,20 +125,12 @@ def test_clu_writer_and_tf_io_gfile(gcs_in_process):
   writer.close()
   (path,) = tf.io.gfile.glob(f"{url}/events.out.tfevents.*")
 
-  def scalars(events):
-    return [(e.step, float(tf.make_ndarray(v.tensor))) for e in events
-            for v in e.summary.value if v.tag == "train_loss"]
-
   expected = [(1, 1.0), (2, 0.5), (3, 1.0 / 3)]
-  np.testing.assert_allclose(scalars(tf.compat.v1.train.summary_iterator(path)), expected,
-                             rtol=1e-6)
-  data = gcs_in_process.read(path[len(gcs_in_process.url()) + 1:])
-  records, offset = [], 0
-  while offset < len(data):  # TFRecord framing: length, its crc, the data, its crc
-    length = int.from_bytes(data[offset:offset + 8], "little")
-    records.append(tf.compat.v1.Event.FromString(data[offset + 12:offset + 12 + length]))
-    offset += 12 + length + 4
-  np.testing.assert_allclose(scalars(records), expected, rtol=1e-6)
+  read = [(e.step, float(tf.make_ndarray(v.tensor)))
+          for e in tf.compat.v1.train.summary_iterator(path) for v in e.summary.value]
+  np.testing.assert_allclose(read, expected, rtol=1e-6)
+  stored = gcs_in_process.read(path[len(gcs_in_process.url()) + 1:])
+  np.testing.assert_allclose(tfevents.scalars([stored])["train_loss"], expected, rtol=1e-6)
 
 
 def test_tfds_digits_prepared_and_read_on_gs(gcs_in_process):

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.gcs import emulator as emulator_lib
+from tests.gcs import tfevents
 
 REPO = pathlib.Path(__file__).parents[2]
 TINY = f"--config={REPO / 'configs' / 'default.py'}:tiny"
@@ -117,6 +118,13 @@ def _committed(bucket: emulator_lib.Bucket, checkpoints: str) -> list[int]:
                 if (m := marker.fullmatch(n)))
 
 
+def _scalars(bucket: emulator_lib.Bucket, workdir: str) -> dict[str, list[tuple[int, float]]]:
+  """The TensorBoard points of the workdir's event files, read on the emulator."""
+  files = [n for n in bucket.names(workdir + "/")
+           if re.fullmatch(re.escape(workdir) + r"/events\.out\.tfevents\.[^/]+", n)]
+  return tfevents.scalars([bucket.read(n) for n in files])
+
+
 def _arrays(path: str, bucket: emulator_lib.Bucket, monkeypatch) -> list[bytes]:
   """Every array of the checkpoint at `path` (local, or gs:// on `bucket`'s emulator), as
   bytes, read whole as numpy arrays (whatever devices and processes wrote them)."""
@@ -179,34 +187,46 @@ def test_run_with_its_workdir_on_gs_then_resume(gcs, data_dir, tmp_path, referen
   _no_local_gs_folder(tmp_path)
 
 
-def test_sigterm_then_bit_exact_resume(gcs, data_dir, tmp_path, monkeypatch):
-  """SIGTERM at step 5 of 12 saves the step reached in the bucket (exit 0); the same
-  command resumes from it and ends with the same arrays, bit for bit, and the same Final:
-  line as a run that was never interrupted."""
+def _until_step(process: subprocess.Popen, step: int) -> list[str]:
+  """Reads the run's stdout up to its progress line `step`; the lines read."""
+  seen, deadline = [], time.monotonic() + TIMEOUT_S
+  while time.monotonic() < deadline:
+    line = process.stdout.readline()
+    if not line:
+      break
+    seen.append(line)
+    if line.startswith(f"step {step}/"):
+      break
+  return seen
+
+
+def test_sigkill_sigterm_then_bit_exact_resume(gcs, data_dir, tmp_path, monkeypatch):
+  """SIGKILL at step 6 of 12 (past step 4's checkpoint), the same command again, SIGTERM at
+  its step 9: it saves the step reached in the bucket and exits 0; the same command resumes
+  from it and ends with the same arrays, bit for bit, the same Final: line and the same
+  TensorBoard points as a run that was never interrupted, none written twice (the killed
+  run's points after its checkpoint are in the bucket: the resumed runs must see them)."""
   env = _env(gcs)
   args = [f"--config.dataset.data_dir={data_dir}", "--config.num_train_steps=12",
           "--config.log_every_steps=1", "--config.eval_every_steps=12",
           "--config.checkpoint_every_steps=4", "--config.keep_checkpoints=5"]
   straight = _main(tmp_path / "a", env, f"--workdir={gcs.url('straight')}", *args)
   workdir = gcs.url("interrupted")
+  killed = _main(tmp_path / "b", env, f"--workdir={workdir}", *args)
+  assert _until_step(killed, 6)[-1].startswith("step 6/")
+  killed.kill()
+  killed.communicate()
+
   preempted = _main(tmp_path / "b", env, f"--workdir={workdir}", *args)
-  seen = []
-  deadline = time.monotonic() + TIMEOUT_S
-  while time.monotonic() < deadline:
-    line = preempted.stdout.readline()
-    if not line:
-      break
-    seen.append(line)
-    if line.startswith("step 5/"):
-      preempted.send_signal(signal.SIGTERM)
-      break
+  seen = _until_step(preempted, 9)
+  preempted.send_signal(signal.SIGTERM)
   code, out, err = _finish(preempted)
   out = "".join(seen) + out
   assert code == 0, err[-3000:]
   saved = re.search(r"SIGTERM: saved step (\d+)", out)
   assert saved, out
   step = int(saved.group(1))
-  assert 5 <= step < 12 and step in _committed(gcs, "interrupted/checkpoints")
+  assert 9 <= step < 12 and step in _committed(gcs, "interrupted/checkpoints")
 
   out = _succeeds(_main(tmp_path / "b", env, f"--workdir={workdir}", *args))
   assert f"Resumed from {workdir}/checkpoints at step {step}" in out
@@ -214,6 +234,12 @@ def test_sigterm_then_bit_exact_resume(gcs, data_dir, tmp_path, monkeypatch):
   assert _final(out) == _final(expected)
   assert _arrays(f"{workdir}/checkpoints/12/default", gcs, monkeypatch) == _arrays(
       f"{gcs.url('straight')}/checkpoints/12/default", gcs, monkeypatch)
+  interrupted, uninterrupted = _scalars(gcs, "interrupted"), _scalars(gcs, "straight")
+  for tag in ("train_loss", "eval_loss"):
+    steps = [s for s, _ in interrupted[tag]]
+    assert len(steps) == len(set(steps)), f"{tag} written twice: {steps}"
+    np.testing.assert_allclose(sorted(interrupted[tag]), sorted(uninterrupted[tag]),
+                               rtol=0, atol=1e-6)
   _no_local_gs_folder(tmp_path / "a", tmp_path / "b")
 
 
