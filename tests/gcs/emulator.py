@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import platform
+import select
 import signal
 import socket
 import subprocess
@@ -160,10 +161,9 @@ class Proxy:
           [sys.executable, str(PROXY_SCRIPT), "--upstream", self.upstream, "--ca_dir",
            self.ca_dir], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
           env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()})
-    deadline = time.monotonic() + START_TIMEOUT_S
-    line = b""
-    while time.monotonic() < deadline and not line:
-      line = self.process.stdout.readline()  # "port N" once listening, or EOF on failure
+    line = b""  # "port N" once listening; EOF if it failed
+    if select.select([self.process.stdout], [], [], START_TIMEOUT_S)[0]:
+      line = self.process.stdout.readline()
     if not line.startswith(b"port "):
       self.stop()
       raise RuntimeError(f"the GCS proxy did not start: {self.log.read_text()[-2000:]}")
