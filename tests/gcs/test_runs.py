@@ -50,14 +50,32 @@ def _env(bucket: emulator_lib.Bucket | None, devices: int = 1, **extra) -> dict[
   return env
 
 
-def _start(module: str, cwd, env, *args) -> subprocess.Popen:
+_STARTED: list[subprocess.Popen] = []  # the current test's commands
+
+
+@pytest.fixture(autouse=True)
+def _stop_commands_left_running():
+  """A test that fails while its commands run kills them."""
+  yield
+  while _STARTED:
+    process = _STARTED.pop()
+    if process.poll() is None:
+      process.kill()
+      process.communicate()
+
+
+def _start(module: str, cwd, env, *args, owned: bool = True) -> subprocess.Popen:
+  """`python -m module args` in `cwd`; killed after the test unless not `owned`."""
   os.makedirs(cwd, exist_ok=True)
-  return subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  process = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  if owned:
+    _STARTED.append(process)
+  return process
 
 
-def _main(cwd, env, *args) -> subprocess.Popen:
-  return _start("attention_lab.main", cwd, env, TINY, *args)
+def _main(cwd, env, *args, owned: bool = True) -> subprocess.Popen:
+  return _start("attention_lab.main", cwd, env, TINY, *args, owned=owned)
 
 
 def _finish(process: subprocess.Popen, timeout: float = TIMEOUT_S) -> tuple[int, str, str]:
@@ -145,7 +163,8 @@ def reference(tmp_path_factory, data_dir):
   own; `reference()` waits for it and gives its Final: values."""
   env = _env(None)
   folder = tmp_path_factory.mktemp("reference")
-  process = _main(folder, env, f"--workdir={folder / 'w'}", f"--config.dataset.data_dir={data_dir}")
+  process = _main(folder, env, f"--workdir={folder / 'w'}",
+                  f"--config.dataset.data_dir={data_dir}", owned=False)  # the module's
   result = []
 
   def finished():
