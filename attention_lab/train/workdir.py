@@ -112,9 +112,13 @@ class Checkpoints:
 
   def _save_error(self, step: int, error: BaseException) -> errors.SaveError:
     self._failed = True
-    self._remove_partial(step)
+    latest = self.latest_step()  # the manager's memory: the storage may be what failed
+    try:
+      self._remove_partial(step)
+    except Exception:  # pylint: disable=broad-except  (the next start removes it)
+      pass
     return errors.SaveError(f"saving checkpoint step {step} in {self.directory} failed: "
-                     f"{errors.reason(error)}{errors.what_to_do(error, self.latest_step())}")
+                            f"{errors.reason(error)}{errors.what_to_do(error, latest)}")
 
   def _remove_partial(self, step: int) -> None:
     if _is_primary():
