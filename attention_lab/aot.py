@@ -252,14 +252,17 @@ def main(argv):
       raise
     cli.fail(f"{cli.name_field(str(e), config)} (--debug shows the traceback)")
   print(report(result), flush=True)
+  smaller = None
+  if not result["fits"]:
+    with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
+      smaller = smallest_microbatches(config, _TOPOLOGY.value)
+    result["fits_with"] = smaller
   if _JSON.value:
     path = epath.Path(_JSON.value)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
   if not result["fits"]:
     refused = "" if result["compiled"] else " (XLA refused to compile it)"
-    with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
-      smaller = smallest_microbatches(config, _TOPOLOGY.value)
     advice = ("; no number of micro-batches makes it fit" if smaller is None else
               f"; --config.microbatches={smaller['microbatches']} fits "
               f"({smaller['total_bytes'] / GIB:.2f} GiB, roofline "

@@ -71,6 +71,10 @@ DEVICES = (
     Device("V100", {"float32": 15.7e12, "float16": 125e12}, 32 * 10**9, 900e9),
     # RTX 2080 Ti (TU102): 68 SMs × 64 FP32 lanes × 2 × 1.545 GHz = 13.4 TFLOP/s; float16
     # tensor cores with float32 accumulation 53.8 TFLOP/s; 11 GB GDDR6, 616 GB/s.
+    # RTX 4090 (AD102): 128 SMs × 128 × 2 × 2.52 GHz = 82.6 TFLOP/s float32 (TF32 tensor cores
+    # the same), 165.2 BF16/FP16 with float32 accumulation, dense; 24 GB GDDR6X, 1008 GB/s.
+    Device("RTX 4090", {"float32": 82.6e12, "bfloat16": 165.2e12, "float16": 165.2e12},
+           25_386_352_640, 1008e9),
     Device("RTX 2080 Ti", {"float32": 13.45e12, "float16": 53.8e12}, 11_554_717_696, 616e9),
     # TITAN Xp (GP102): 30 SMs × 128 × 2 × 1.582 GHz = 12.1 TFLOP/s; 12 GB GDDR5X, 547.7 GB/s.
     Device("TITAN Xp", {"float32": 12.15e12}, 12_788_498_432, 547.6e9),

@@ -156,3 +156,11 @@ def run_options(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   config.profile_steps = ()
   config.profile_all_processes = False
   return config
+
+
+def imagenet(config, crop: str) -> None:
+  """ImageNet at 224² (TFDS imagenet2012, resized in the pipeline) with the training `crop`
+  ("resize": SAO/KAO; "inception": the AA networks)."""
+  d = config.dataset
+  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
+  d.image_size, d.crop, d.shuffle_buffer = 224, crop, 16_384

@@ -59,11 +59,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
                             where="configs/aa/resnet_imagenet.py")
   augmented = row.startswith("aa_")
   config = schema.classification()
-  d = config.dataset
-  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
-  d.image_size = 224
-  d.crop = "inception"
-  d.shuffle_buffer = 16_384
+  presets.imagenet(config, crop="inception")
   config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dtype="bfloat16")
   if augmented:
     kappa, upsilon = (0.25, 0.25) if row == "aa_resnet34" else (0.2, 0.1)

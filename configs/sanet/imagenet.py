@@ -47,11 +47,7 @@ def recipe(row: str, size: str | None) -> ml_collections.ConfigDict:
   """The SAO appendix's ImageNet recipe for the network `row`, or its `size` preset ("cpu",
   "tiny"); the KAO paper trains its KANets with it too (configs/kanet/imagenet.py)."""
   config = schema.classification()
-  d = config.dataset
-  d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
-  d.image_size = 224
-  d.crop = "resize"
-  d.shuffle_buffer = 16_384
+  presets.imagenet(config, crop="resize")
   config.model.update(name=row, width=1.0, image_size=224, in_channels=3, dropout=0.2,
                       dtype="float32")
   config.batch_size = 640

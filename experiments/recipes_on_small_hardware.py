@@ -1,0 +1,123 @@
+"""Paper recipes on the hardware a user has: every paper training config at its paper batch,
+compiled (`attention_lab.aot`) for one H100, one RTX 4090-class GPU, a v5e-8 and a v5e 4x4;
+each cell the micro-batch count k that fits (`config.microbatches`, the smallest power of two
+from 1), the per-device memory and the roofline step time.
+
+  python -m experiments.recipes_on_small_hardware [--rows=sanet,kanet] [--targets=h100]
+
+Each cell is one `python -m attention_lab.aot` process (and one more compile per k tried);
+rows already in experiments/results/recipes_on_small_hardware.json are kept, so the table
+grows over several calls. Writes recipes_on_small_hardware.{json,md,png}.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl import app, flags
+
+from experiments import measure
+
+ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
+    "sanet": "configs/sanet/imagenet.py", "kanet_kv": "configs/kanet/imagenet.py",
+    "aa_resnet50": "configs/aa/resnet_imagenet.py:aa_resnet50",
+    "aa_wrn28_10": "configs/aa/wrn_cifar100.py", "aa_mnasnet_a1": "configs/aa/mnasnet_imagenet.py",
+    "aa_retinanet": "configs/aa/coco_retinanet.py", "kao_deeplab": "configs/kanet/voc_deeplab.py",
+    "hamnet_voc": "configs/hamburger/voc_hamnet.py",
+    "hamnet_ade20k": "configs/hamburger/ade20k_hamnet.py",
+    "hamnet_context": "configs/hamburger/pcontext_hamnet.py",
+    "hamgan": "configs/hamburger/imagenet128_hamgan.py", "isagan_cifar10": "configs/isa/cifar10.py",
+    "isagan_celeba": "configs/isa/celeba64.py", "sao_care": "configs/sanet/care_planaria.py"}
+TARGETS = {"h100": "1×H100 80 GB", "rtx_4090": "1×RTX 4090 24 GB", "v5e:2x4": "v5e-8 (2x4)",
+           "v5e:4x4": "v5e 4x4 (16 chips)"}
+PATH = measure.RESULTS / "recipes_on_small_hardware"
+
+_ROWS = flags.DEFINE_list("rows", list(ROWS), "Rows to (re)compile.")
+_TARGETS = flags.DEFINE_list("targets", list(TARGETS), "Targets to compile for.")
+_TIMEOUT = flags.DEFINE_integer("timeout_s", 3600, "Limit of one cell's aot process.")
+
+
+def cell(config: str, target: str) -> dict:
+  """The aot figures of `config` on `target` at the smallest k that fits (or why not)."""
+  with tempfile.NamedTemporaryFile(suffix=".json") as out:
+    done = subprocess.run(
+        [sys.executable, "-m", "attention_lab.aot", f"--config={config}", f"--topology={target}",
+         f"--json={out.name}"], capture_output=True, text=True, timeout=_TIMEOUT.value,
+        check=False, env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+    text = open(out.name).read()
+  if not text:
+    return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+  r = json.loads(text)
+  best = r if r["fits"] else r.get("fits_with")
+  if best is None:
+    return {"k": None, "gib": r["total_bytes"] / 2**30, "ms": r["step_time_s"] * 1e3}
+  return {"k": best.get("microbatches", 1), "gib": best["total_bytes"] / 2**30,
+          "ms": best["step_time_s"] * 1e3, "batch": r["global_batch"], "chips": r["chips"]}
+
+
+def text(c: dict | None) -> str:
+  if c is None:
+    return "not measured"
+  if "error" in c:
+    return f"error: {c['error']}"
+  if c["k"] is None:
+    return f"no k fits ({c['gib']:.1f} GiB at k=1)"
+  return f"k={c['k']}: {c['gib']:.1f} GiB, {c['ms']:.0f} ms"
+
+
+def markdown(table: dict) -> str:
+  lines = ["# Paper recipes on small hardware", "",
+           "Each paper training config at its paper batch, compiled for the target by "
+           "`python -m attention_lab.aot` (no device, no data): the smallest number of "
+           "micro-batches k (`--config.microbatches`, powers of two) whose per-device footprint "
+           "fits, that footprint, and the roofline step time max(FLOPs / peak, bytes / "
+           "bandwidth) at k. BatchNorm statistics per the paper's per-GPU group "
+           "(`bn_group_size`) where the config sets one. Command: "
+           "`python -m experiments.recipes_on_small_hardware`.", "",
+           "| row | config | " + " | ".join(TARGETS.values()) + " |",
+           "|---|---|" + "---|" * len(TARGETS)]
+  for row, config in ROWS.items():
+    cells = table.get(row, {})
+    lines.append(f"| {row} | `{config}` | "
+                 + " | ".join(text(cells.get(t)) for t in TARGETS) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot(table: dict, path) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rows = [r for r in ROWS if table.get(r)]
+  fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 3.5))
+  width = 0.8 / len(TARGETS)
+  for i, (target, label) in enumerate(TARGETS.items()):
+    ks = [table[r].get(target, {}).get("k") or 0 for r in rows]
+    bars = ax.bar(np.arange(len(rows)) + i * width, ks, width, label=label)
+    ax.bar_label(bars, labels=[str(k) if k else "" for k in ks], fontsize=6)
+  ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, rows, rotation=30, ha="right")
+  ax.set_ylabel("micro-batches k that fit")
+  ax.set_yscale("log", base=2)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  json_path = PATH.with_suffix(".json")
+  table = json.loads(json_path.read_text()) if json_path.exists() else {}
+  for row in _ROWS.value:
+    for target in _TARGETS.value:
+      table.setdefault(row, {})[target] = cell(ROWS[row], target)
+      print(f"{row} on {target}: {text(table[row][target])}", flush=True)
+      json_path.write_text(json.dumps(table, indent=1))
+      PATH.with_suffix(".md").write_text(markdown(table))
+      plot(table, PATH.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+  app.run(main)
