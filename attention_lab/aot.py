@@ -167,6 +167,9 @@ def analyse(config, topology: str) -> dict:
       cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     compiled_ok = True
   flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+  # XLA counts a loop's body once: the micro-batch scan runs it `microbatches` times (the
+  # optimizer update, outside it, is then overcounted; it is small beside the passes).
+  flops, accessed = flops * config.microbatches, accessed * config.microbatches
   total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
            + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
   return {

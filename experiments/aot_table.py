@@ -24,8 +24,10 @@ from experiments import measure, runs
 _TOPOLOGIES = flags.DEFINE_list(
     "topologies", None, "TPU slices to compile (default: TPU_TOPOLOGIES, the smallest for a "
     "CPU-sized config).")
-_TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSONs.")
-_CONFIGS = flags.DEFINE_list("configs", None, "Configs to compile (default: every row's).")
+_TABLE_ONLY = cli.define_once(flags.DEFINE_bool, "table_only", False,
+                              "Only rebuild the table from the JSON.")
+_CONFIGS = cli.define_once(flags.DEFINE_list, "configs", None,
+                           "Configs to compile (default: every row's).")
 _REDO = flags.DEFINE_bool("redo", False, "Compile again rows whose JSON exists (default: skip).")
 _GPU = flags.DEFINE_bool("gpu", False, "The GPU table (GPU_ROWS) instead of the TPU slices.")
 

@@ -69,8 +69,9 @@ from attention_lab import cli
 # experiments.measure (jax) and experiments.stand_in_files (TFDS) are imported where they are
 # used: each core count's worker imports this module, and pins its cores before TF starts.
 
-_CONFIGS = flags.DEFINE_list("configs", None, "Config files (default: every paper config).")
-_TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Only rebuild the table from the JSON.")
+_CONFIGS = cli.define_once(flags.DEFINE_list, "configs", None, "Config files (default: every paper config).")
+_TABLE_ONLY = cli.define_once(flags.DEFINE_bool, "table_only", False,
+                              "Only rebuild the table from the JSON.")
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Length of one measuring window.")
 _WINDOWS = flags.DEFINE_integer("windows", 3, "Measuring windows (the median is reported).")
 _WARMUP = flags.DEFINE_float("warmup", 5.0, "Seconds of batches read before measuring.")

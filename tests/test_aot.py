@@ -120,7 +120,7 @@ def test_an_unknown_topology_is_one_line_naming_the_allowed_values(tmp_path):
   assert result.stderr.startswith("error: --topology = 'b200': expected a TPU slice such as "
                                   "v5e:2x2")
   assert result.stderr.count("\n") == 1
-  assert "a100, gtx_1080_ti, h100, h200, rtx_2080_ti, titan_xp, v100" in result.stderr
+  assert "a100, gtx_1080_ti, h100, h200, rtx_2080_ti, rtx_4090, titan_xp, v100" in result.stderr
   for topology in ("h100x0", "h100:2x2", "xh100", "H100"):
     with pytest.raises(ValueError, match=f"--topology = {topology!r}: .*titan_xp"):
       aot.topology_devices(topology)

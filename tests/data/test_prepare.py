@@ -35,8 +35,10 @@ def write_fake_voc(manual, train=("2007_000032", "2007_000039"), val=("2007_0000
 
 
 def _dataset(name, data_dir, manual_dir="", **splits):
+  """A dataset config as prepare builds one (no splits: every split)."""
   return ml_collections.ConfigDict({"name": name, "data_dir": str(data_dir),
-                                    "manual_dir": str(manual_dir), "image_dir": "", **splits})
+                                    "manual_dir": str(manual_dir), "image_dir": "",
+                                    "train_split": "", "eval_split": "", **splits})
 
 
 def _run(dataset):

@@ -81,7 +81,7 @@ def test_orbax_checkpoint_manager(gcs_in_process, as_path):
 
 CACHE_PROGRAM = """
 import sys, jax, jax.numpy as jnp
-from jax._src import monitoring
+from jax import monitoring
 events = []
 monitoring.register_event_listener(lambda name, **_: events.append(name))
 jax.config.update("jax_compilation_cache_dir", sys.argv[1])

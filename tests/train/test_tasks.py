@@ -25,7 +25,7 @@ def test_a_task_must_implement_the_contract():
 class _Scheduled(base.Task):
   """The shared pieces only: no data, no model (the contract's methods are unused)."""
 
-  init_state = train_step = train_batches = evaluate = lambda *args: None
+  init_state = train_step = train_batches = evaluate = batch_spec = lambda *args: None
 
   def __init__(self, config):  # pylint: disable=super-init-not-called
     self.config = config

@@ -223,7 +223,7 @@ class Detection(base.Task):
       path.parent.mkdir(parents=True, exist_ok=True)
       path.write_text(json.dumps(results))
     line = f"wrote {len(results)} detections of {int(gathered['mask'].sum())} images to {path}"
-    return line, path, gathered
+    return line, str(path), gathered
 
   def export(self, state, split, out):
     return self.export_results(state, split, out)[0]
