@@ -126,8 +126,8 @@ def parse_flags(argv):
     if spec is not None:
       config = load_config(spec)
       _check_overrides(config, argv)
-      if "config" in flags.FLAGS:
-        flag = flags.FLAGS["config"]
+      if "config" in flags.FLAGS and flags.FLAGS["config"].flag_type() == "config object":
+        flag = flags.FLAGS["config"]  # config_flags' (a command's own string flag stays)
         flag.parser = _LoadedConfig(getattr(flag.parser, "inner", flag.parser), spec, config)
     return flags.FLAGS(argv)
   except (ConfigError, flags.Error) as e:

@@ -69,7 +69,8 @@ from attention_lab import cli
 # experiments.measure (jax) and experiments.stand_in_files (TFDS) are imported where they are
 # used: each core count's worker imports this module, and pins its cores before TF starts.
 
-_CONFIGS = cli.define_once(flags.DEFINE_list, "configs", None, "Config files (default: every paper config).")
+_CONFIGS = cli.define_once(flags.DEFINE_list, "configs", None,
+                           "Config files (default: every paper config).")
 _TABLE_ONLY = cli.define_once(flags.DEFINE_bool, "table_only", False,
                               "Only rebuild the table from the JSON.")
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Length of one measuring window.")

@@ -45,14 +45,19 @@ class DataInfo:
   input_rank: int = 2
   target_rank: int = 2
 
-  def num_examples(self, split: str, field: str = "dataset.train_split") -> int:
-    """Examples of `split` ("a+b" adds two splits); ValueError naming `field` for a split
-    the dataset lacks or whose size only its files know."""
-    total = 0
+  def check_split(self, split: str, field: str) -> None:
+    """ValueError naming `field` unless every part of `split` ("a+b") is one of ours."""
     for part in split.split("+"):
       if part not in self.splits:
         raise ValueError(f"{field} = {split!r}: {self.name} has the splits "
                          f"{sorted(self.splits)}")
+
+  def num_examples(self, split: str, field: str = "dataset.train_split") -> int:
+    """Examples of `split` ("a+b" adds two splits); ValueError naming `field` for a split
+    the dataset lacks or whose size only its files know."""
+    self.check_split(split, field)
+    total = 0
+    for part in split.split("+"):
       if self.splits[part] is None:
         raise ValueError(f"{field} = {split!r}: the size of {self.name}'s {part!r} split "
                          "depends on its files; set num_train_steps instead of num_epochs")

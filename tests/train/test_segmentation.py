@@ -109,12 +109,16 @@ def test_init_from_a_classification_config_trains_it_first(tmp_path):
   again = backbone_weights.flatten({"params": again["params"], "rest": again["rest"]})
   for key in backbone:
     np.testing.assert_array_equal(again[key], ours[key])
-  task.config.init_from = "configs/segmentation/default.py:tiny"
+  config.init_from = "configs/segmentation/default.py:tiny"
   with pytest.raises(ValueError, match="init_from .* must be a classification config"):
-    task.from_pretrained(task.init_state())
-  task.config.init_from = "configs/no_such_file.py"
+    dependencies.resolve(config, str(tmp_path))
+  config.init_from = "configs/no_such_file.py"
   with pytest.raises(ValueError, match="init_from = 'configs/no_such_file.py': no such file"):
-    task.from_pretrained(task.init_state())
+    dependencies.resolve(config, str(tmp_path))
+  unresolved = tasks.create(config, base.Environment(state_lib.make_mesh(config), str(tmp_path),
+                                                     config.batch_size))
+  with pytest.raises(ValueError, match="a config file is trained first by the entry point"):
+    unresolved.from_pretrained(unresolved.init_state())
 
 
 def test_sliding_windows_scales_and_flips_of_a_pixelwise_model(tmp_path):

@@ -125,6 +125,9 @@ class Task(abc.ABC):
     path = self.env.dependencies.get("init_from") or self.config.init_from
     if not path or self.config.dataset.synthetic:  # a speed run: weights do not matter
       return state
+    if path.partition(":")[0].endswith(".py"):
+      raise ValueError(f"init_from = {path!r}: a config file is trained first by the entry "
+                       "point (train/dependencies.py), which this task was not given")
     return backbone_weights.load_into(state, path,
                                       scope=self.config.init_scope)
 

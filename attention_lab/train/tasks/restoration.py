@@ -61,7 +61,7 @@ class Restoration(base.Task):
     if config.loss not in LOSSES:
       raise ValueError(f"loss must be one of {LOSSES}, got {config.loss!r}")
     self.info = data_info(config)
-    self.info.num_examples(config.dataset.eval_split, "dataset.eval_split")  # a known split
+    self.info.check_split(config.dataset.eval_split, "dataset.eval_split")
     patch = tuple(config.dataset.patch_size)
     if len(patch) != self.info.input_rank:
       raise ValueError(f"dataset.patch_size must have {self.info.input_rank} sides for "
