@@ -4,6 +4,7 @@ each skipped without its compiler. The shipped GPU target configs agree with the
 
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -22,12 +23,20 @@ needs_cuda_plugin = pytest.mark.skipif(
     not devices.cuda_plugin_installed(), reason="JAX's CUDA plugin is not installed (pip install -e '.[gpu]')")
 
 
+def _env() -> dict:
+  """The tests' environment without tests/conftest.py's XLA:CPU compile-time flags: libtpu
+  reads XLA_FLAGS too, and aborts on a flag its XLA does not know."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if f.startswith("--xla_force_host_platform_device_count")]
+  return {**os.environ, "XLA_FLAGS": " ".join(flags)}
+
+
 def _aot(tmp_path, out, *args, topology="v5e:2x2"):
   return subprocess.run(
       [sys.executable, "-m", "attention_lab.aot", "--config=configs/default.py:tiny",
        f"--topology={topology}", f"--json={out}",
        f"--config.dataset.data_dir={tmp_path / 'tfds'}", *args],
-      cwd=REPO, capture_output=True, text=True, timeout=600)
+      cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
 
 
 @needs_libtpu
@@ -55,6 +64,21 @@ def test_tiny_config_on_v5e_2x2_and_a_batch_that_does_not_fit(tmp_path):
   assert r["output_bytes"] > 0 and r["temp_bytes"] > r["hbm_bytes"] and not r["compiled"]
   total = r["argument_bytes"] + r["output_bytes"] + r["temp_bytes"] - r["alias_bytes"]
   assert r["total_bytes"] == total > r["hbm_bytes"]
+
+
+@needs_libtpu
+def test_the_imagenet_sanet_compiles_without_its_data(tmp_path):
+  """The paper config (ImageNet, not prepared: an empty data_dir), narrowed to compile fast:
+  the task comes from the dataset's facts, nothing is read or patched."""
+  result = subprocess.run(
+      [sys.executable, "-m", "attention_lab.aot", "--config=configs/sanet/imagenet.py",
+       "--topology=v5e:2x2", f"--config.dataset.data_dir={tmp_path / 'empty'}",
+       "--config.batch_size=8", "--config.bn_group_size=0", "--config.model.width=0.125",
+       "--config.dataset.image_size=32", "--config.model.image_size=32"],
+      cwd=REPO, capture_output=True, text=True, timeout=600, env=_env())
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "4 × TPU v5 lite, global batch 8 (2 per device)" in result.stdout
+  assert not (tmp_path / "empty").exists()  # nothing was prepared
 
 
 def test_the_smallest_number_of_microbatches_that_fits(monkeypatch):

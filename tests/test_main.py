@@ -74,3 +74,18 @@ def test_the_json_adds_the_median_of_each_perf_scalar(tmp_path):
   main.write_final(str(tmp_path / "final.json"), {"eval_top1": 0.5}, resumed)
   assert json.loads((tmp_path / "final.json").read_text()) == {
       "eval_top1": 0.5, "perf/examples_per_second": 14.0}
+
+
+def test_a_synthetic_run_without_tensorflow(tmp_path):
+  """The default experiment's speed run where TensorFlow cannot be imported (as on the lent
+  GPU image): random batches on the devices, the train step's speed, no evaluation."""
+  from tests import no_tensorflow  # pylint: disable=g-import-not-at-top
+  result = no_tensorflow.run(
+      ["-m", "attention_lab.main", "--config=configs/default.py:tiny",
+       f"--workdir={tmp_path}", "--config.dataset.synthetic=True",
+       f"--json={tmp_path / 'final.json'}"], cwd=REPO, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  final = json.loads((tmp_path / "final.json").read_text())
+  assert final["train_loss"] > 0 and final["perf/examples_per_second"] > 0
+  assert not any(k.startswith("eval_") for k in final)
+  assert (tmp_path / "checkpoints" / "4").is_dir() and list(tmp_path.glob("events.out.*"))
