@@ -185,7 +185,7 @@ def main(argv):
     failure = errors.one_line(e, config)
     if failure is None or _DEBUG.value:
       raise
-    if isinstance(e, errors.SaveError):  # not waiting minutes for the failed writes' retries
+    if isinstance(e, errors.CheckpointError):  # not waiting minutes for failed writes' retries
       print(f"error: {failure[0]}", file=sys.stderr, flush=True)
       sys.stdout.flush()
       os._exit(failure[1])  # pylint: disable=protected-access

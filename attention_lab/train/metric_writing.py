@@ -4,6 +4,7 @@ written once across resumes: a killed run may have written points after its last
 checkpoint, and the resumed run, which repeats those steps with the same values, skips
 them (the run summary, workdir.RunSummary, remembers what was written)."""
 
+import contextlib
 import io
 
 import jax
@@ -12,6 +13,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from attention_lab.train import errors
 from attention_lab.train import workdir as workdir_lib
 
 
@@ -29,10 +31,20 @@ class Writer:
   """Scalars and images to `<workdir>/events.out.tfevents.*` (process 0; the others write
   nothing), each point at most once per step across resumes (`summary.written`)."""
 
-  def __init__(self, workdir: str, summary: workdir_lib.RunSummary):
-    self.summary = summary
+  def __init__(self, workdir: str, summary: workdir_lib.RunSummary, latest_step=lambda: None):
+    self.summary, self.workdir, self.latest_step = summary, workdir, latest_step
     self.events = (EventFileWriter(str(workdir_lib.resolve(workdir)))
                    if jax.process_index() == 0 else None)
+
+  @contextlib.contextmanager
+  def _storage(self):
+    """A failure of the storage (full, gone, refused) as one `errors.WriteError` line."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.WriteError(
+          f"writing the TensorBoard events and run summary in {self.workdir} failed: "
+          f"{errors.reason(e)}{errors.what_to_do(e, self.latest_step())}") from e
 
   def _write(self, step: int, points: dict, values) -> None:
     """`values(tag, point)` -> Summary.Values of each of `points` not written yet."""
@@ -53,10 +65,12 @@ class Writer:
 
   def flush(self) -> None:
     if self.events is not None:
-      self.events.flush()
-      self.summary.save()
+      with self._storage():
+        self.events.flush()
+        self.summary.save()
 
   def close(self) -> None:
     if self.events is not None:
-      self.events.close()
-      self.summary.save()
+      with self._storage():
+        self.events.close()
+        self.summary.save()

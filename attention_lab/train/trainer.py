@@ -121,7 +121,7 @@ class Trainer:
     start = step = int(self.state["step"])
     last = self.total_steps if until_step is None else min(until_step, self.total_steps)
     self.record = workdir_lib.RunSummary(self.workdir, start)
-    writer = metric_writing.Writer(self.workdir, self.record)
+    writer = metric_writing.Writer(self.workdir, self.record, self.checkpoints.latest_step)
     progress = hooks.Progress(self, writer, start, last)
     evaluation = hooks.Evaluation(self, writer, progress)
     checkpoint, profile = hooks.Checkpoint(self, progress, last), hooks.Profile(self, start)
