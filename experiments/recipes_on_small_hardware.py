@@ -12,6 +12,7 @@ grows over several calls. Writes recipes_on_small_hardware.{json,md,png}.
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ def cell(config: str, target: str) -> dict:
         [sys.executable, "-m", "attention_lab.aot", f"--config={config}", f"--topology={target}",
          f"--json={out.name}"], capture_output=True, text=True, timeout=_TIMEOUT.value,
         check=False, env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
-    text = open(out.name).read()
+    text = pathlib.Path(out.name).read_text()
   if not text:
     return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
   r = json.loads(text)

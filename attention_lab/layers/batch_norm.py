@@ -1,4 +1,4 @@
-"""BatchNorm with statistics per group of examples, as the papers' per-GPU BatchNorm (issue 42).
+"""BatchNorm with statistics per group of examples, as the papers' per-GPU BatchNorm.
 
 A jit over the mesh computes BatchNorm statistics over the whole global batch
 (synchronised BN). The papers' multi-GPU PyTorch runs (DataParallel / DDP

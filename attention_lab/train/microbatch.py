@@ -1,4 +1,4 @@
-"""Gradient accumulation over micro-batches inside one jitted step (issue 42).
+"""Gradient accumulation over micro-batches inside one jitted step.
 
 The papers trained with global batches that fit their clusters (SAO: 640 images
 on 8 GPUs, KAO: 512, AA: 1024-4096). `accumulate` runs such a batch as k
