@@ -6,13 +6,17 @@ from 1), the per-device memory and the roofline step time.
   python -m experiments.recipes_on_small_hardware [--rows=sanet,kanet] [--targets=h100]
 
 Each cell is one `python -m attention_lab.aot` process (and one more compile per k tried);
-rows already in experiments/results/recipes_on_small_hardware.json are kept, so the table
-grows over several calls. Writes recipes_on_small_hardware.{json,md,png}.
+cells already in experiments/results/recipes_on_small_hardware.json are kept (--redo compiles
+them again), so the table grows over several calls, and calls with disjoint --targets may run
+side by side. Writes recipes_on_small_hardware.{json,md,png}.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,28 +38,48 @@ ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
 TARGETS = {"h100": "1×H100 80 GB", "rtx_4090": "1×RTX 4090 24 GB", "v5e:2x4": "v5e-8 (2x4)",
            "v5e:4x4": "v5e 4x4 (16 chips)"}
 PATH = measure.RESULTS / "recipes_on_small_hardware"
+# aot's refusal of BatchNorm groups larger than one device's share of the batch.
+_SPANNING_GROUPS = re.compile(
+    r"bn_group_size = (?P<paper>\d+): must be 0 .* devices = (?P<share>\d+)\)")
 
 _ROWS = flags.DEFINE_list("rows", list(ROWS), "Rows to (re)compile.")
 _TARGETS = flags.DEFINE_list("targets", list(TARGETS), "Targets to compile for.")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 3600, "Limit of one cell's aot process.")
+_REDO = flags.DEFINE_bool("redo", False, "Compile cells already in the table again.")
 
 
-def cell(config: str, target: str) -> dict:
-  """The aot figures of `config` on `target` at the smallest k that fits (or why not)."""
+def _aot(config: str, target: str, *overrides: str) -> tuple[dict | None, str]:
+  """(aot's JSON figures or None, its last stderr line) of `config` on `target`."""
   with tempfile.NamedTemporaryFile(suffix=".json") as out:
     done = subprocess.run(
         [sys.executable, "-m", "attention_lab.aot", f"--config={config}", f"--topology={target}",
-         f"--json={out.name}"], capture_output=True, text=True, timeout=_TIMEOUT.value,
-        check=False, env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+         f"--json={out.name}", *overrides], capture_output=True, text=True,
+        timeout=_TIMEOUT.value, check=False, env={**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
     text = pathlib.Path(out.name).read_text()
-  if not text:
-    return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
-  r = json.loads(text)
+  last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+  return (json.loads(text) if text else None), last
+
+
+def cell(config: str, target: str) -> dict:
+  """The aot figures of `config` on `target` at the smallest k that fits (or why not). Where
+  the paper's BatchNorm groups would span chips (more chips than the paper's GPUs), the cell
+  is compiled with groups of one chip's share instead, and says so."""
+  r, last = _aot(config, target)
+  share = _SPANNING_GROUPS.search(last)
+  if r is None and share:
+    r, last = _aot(config, target, f"--config.bn_group_size={share['share']}")
+    spanned = {"bn_group_size": int(share["share"]), "paper_bn_group_size": int(share["paper"])}
+  else:
+    spanned = {}
+  if r is None:
+    return {"error": last.removeprefix("error: ").removesuffix(" (--debug shows the traceback)")
+            [:300]}
   best = r if r["fits"] else r.get("fits_with")
   if best is None:
-    return {"k": None, "gib": r["total_bytes"] / 2**30, "ms": r["step_time_s"] * 1e3}
+    return {"k": None, "gib": r["total_bytes"] / 2**30, "ms": r["step_time_s"] * 1e3, **spanned}
   return {"k": best.get("microbatches", 1), "gib": best["total_bytes"] / 2**30,
-          "ms": best["step_time_s"] * 1e3, "batch": r["global_batch"], "chips": r["chips"]}
+          "ms": best["step_time_s"] * 1e3, "batch": r["global_batch"], "chips": r["chips"],
+          **spanned}
 
 
 def text(c: dict | None) -> str:
@@ -63,9 +87,11 @@ def text(c: dict | None) -> str:
     return "not measured"
   if "error" in c:
     return f"error: {c['error']}"
+  groups = (f" (BN groups of {c['bn_group_size']} per chip: the paper's {c['paper_bn_group_size']}"
+            " would span chips)" if "paper_bn_group_size" in c else "")
   if c["k"] is None:
-    return f"no k fits ({c['gib']:.1f} GiB at k=1)"
-  return f"k={c['k']}: {c['gib']:.1f} GiB, {c['ms']:.0f} ms"
+    return f"no k fits ({c['gib']:.1f} GiB at k=1){groups}"
+  return f"k={c['k']}: {c['gib']:.1f} GiB, {c['ms']:.0f} ms{groups}"
 
 
 def markdown(table: dict) -> str:
@@ -107,17 +133,30 @@ def plot(table: dict, path) -> None:
   plt.close(fig)
 
 
+@contextlib.contextmanager
+def _locked_table():
+  """The table in its JSON file, read and written back under a lock (calls run side by side)."""
+  json_path = PATH.with_suffix(".json")
+  with open(PATH.with_suffix(".lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    table = json.loads(json_path.read_text()) if json_path.exists() else {}
+    yield table
+    json_path.write_text(json.dumps(table, indent=1) + "\n")
+    PATH.with_suffix(".md").write_text(markdown(table))
+    plot(table, PATH.with_suffix(".png"))
+
+
 def main(argv):
   del argv
-  json_path = PATH.with_suffix(".json")
-  table = json.loads(json_path.read_text()) if json_path.exists() else {}
   for row in _ROWS.value:
     for target in _TARGETS.value:
-      table.setdefault(row, {})[target] = cell(ROWS[row], target)
-      print(f"{row} on {target}: {text(table[row][target])}", flush=True)
-      json_path.write_text(json.dumps(table, indent=1))
-      PATH.with_suffix(".md").write_text(markdown(table))
-      plot(table, PATH.with_suffix(".png"))
+      with _locked_table() as table:
+        if not _REDO.value and target in table.get(row, {}):
+          continue
+      result = cell(ROWS[row], target)
+      with _locked_table() as table:
+        table.setdefault(row, {})[target] = result
+      print(f"{row} on {target}: {text(result)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,3 +15,28 @@ def test_cells_markdown_and_plot(tmp_path):
   assert text.count("not measured") == (len(recipes.ROWS) - 1) * len(recipes.TARGETS)
   recipes.plot(table, tmp_path / "plot.png")
   assert (tmp_path / "plot.png").stat().st_size > 1000
+
+
+def test_groups_spanning_chips_are_compiled_per_chip(monkeypatch):
+  """aot refuses the paper's groups on more chips than the paper's GPUs: the cell is compiled
+  again with one chip's share as the group, and says so."""
+  refusal = ("error: bn_group_size = 80: must be 0 (the whole batch) or divide each device's "
+             "share of a micro-batch (batch_size 640 / microbatches 1 / 16 devices = 40) "
+             "(--debug shows the traceback)")
+  calls = []
+
+  def aot(config, target, *overrides):
+    calls.append(overrides)
+    if not overrides:
+      return None, refusal
+    return {"fits": True, "microbatches": 1, "total_bytes": 3 * 2**30, "step_time_s": 0.05,
+            "global_batch": 640, "chips": 16}, ""
+
+  monkeypatch.setattr(recipes, "_aot", aot)
+  c = recipes.cell("configs/sanet/imagenet.py", "v5e:4x4")
+  assert calls == [(), ("--config.bn_group_size=40",)]
+  assert recipes.text(c) == ("k=1: 3.0 GiB, 50 ms (BN groups of 40 per chip: the paper's 80 "
+                             "would span chips)")
+  monkeypatch.setattr(recipes, "_aot", lambda *a: (None, "error: --topology = 'x': unknown "
+                                                   "(--debug shows the traceback)"))
+  assert recipes.text(recipes.cell("c", "x")) == "error: --topology = 'x': unknown"
