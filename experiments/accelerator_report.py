@@ -7,10 +7,11 @@ TPU present, within a time budget. Runs from the source tree without TensorFlow:
   PYTHONPATH=. python -m experiments.accelerator_report --check   # preflight, < 60 s
 
 Parts, most valuable first (`plan`): 1. the environment and the default experiment's speed
-run (examples/s, TFLOP/s, MFU), and with --tests `pytest tests/ops` on the device; 2. SAO
-Table 2 and KAO Table 1 in float32 and bfloat16 (the cuDNN flash row needs 16 bits) and Ham
-Table 3; 3. SAO Table 5 in float32 and bfloat16; 4. relative attention against timm; 5. the
-rest (ISA, AA Table 9, the performance goals, the other four experiments). The speed runs
+run (examples/s, TFLOP/s, MFU); 2. SAO Table 2 and KAO Table 1 in float32 and bfloat16 (the
+cuDNN flash row needs 16 bits) and Ham Table 3; 3. SAO Table 5 in float32 and bfloat16; 4.
+relative attention against timm; 5. the rest (ISA, AA Table 9, the performance goals, the
+other four experiments); 6. with --tests, `pytest tests/ops` on the device (over up to 8
+processes where pytest-xdist is installed). The speed runs
 train on device-resident random batches (`--config.dataset.synthetic=True`): the step alone;
 the input pipeline's rate is a CPU measure of its own (attention_lab.data.throughput).
 
@@ -29,6 +30,7 @@ import contextlib
 import datetime
 import importlib
 import importlib.metadata
+import importlib.util
 import io
 import json
 import os
@@ -52,8 +54,8 @@ _PARTS = flags.DEFINE_list("parts", [], "Only these parts (names as in the summa
 _BUDGET = flags.DEFINE_float("budget_s", 420.0, "Seconds for the whole report; parts that "
                              "would not fit are listed as not run.")
 _ARCHIVE = flags.DEFINE_string("archive", "", "Also pack the output folder into this .tar.gz.")
-_TESTS = flags.DEFINE_bool("tests", False, "Also run `pytest tests/ops` on the device (a part "
-                           "of the first priority).")
+_TESTS = flags.DEFINE_bool("tests", False, "Also run `pytest tests/ops` on the device (the "
+                           "last part).")
 _CHECK = flags.DEFINE_bool("check", False, "Preflight only: versions, device, MFU peak, a tiny "
                            "jit, a cuDNN attention call, and which parts can run.")
 
@@ -80,6 +82,7 @@ EXPECTED_S = {
     "relative_timm": (60, 11),
     "isa_tables": (60, 40), "aa_table9": (30, 13), "performance_goals": (45, 29),
     "segmentation": (60, 45), "restoration": (60, 40), "gan": (90, 60), "detection": (90, 55)}
+TEST_WORKERS = 8  # pytest processes sharing the device in the tests part
 RESERVE_S = 5.0  # kept at the budget's end for the summary and the archive
 SCALE_LIMITS = (0.5, 4.0)  # how far measured / expected may rescale the estimates
 ARCHIVE_MAX_FILE_BYTES = 16 * 2**20  # larger files (checkpoints) are listed, not packed
@@ -128,8 +131,15 @@ def plan(out: pathlib.Path, smoke: bool, tests: bool = False) -> list[Part]:
       table("isa_tables", 5), table("aa_table9", 5), table("performance_goals", 5),
       *(run(name, 5) for name in ("segmentation", "restoration", "gan", "detection")),
       # Last: on the H100 it took more than 357 s (stopped there), as long as every table.
-      *([Part("tests", "tests", "pytest", "", ("tests/ops", "-p", "no:cacheprovider"), 6)]
-        if tests else [])]
+      *([Part("tests", "tests", "pytest", "", test_arguments(), 6)] if tests else [])]
+
+
+def test_arguments(workers: int = TEST_WORKERS) -> tuple[str, ...]:
+  """pytest's arguments for the operator tests: over `workers` processes where pytest-xdist is
+  installed, since their time is XLA compiles, which run on the host's CPU cores."""
+  workers = min(workers, os.cpu_count() or 1)
+  spread = workers > 1 and importlib.util.find_spec("xdist") is not None
+  return ("tests/ops", "-p", "no:cacheprovider", *(("-n", str(workers)) if spread else ()))
 
 
 class Budget:
@@ -249,10 +259,12 @@ def run_part(part: Part, out: pathlib.Path, seconds_left: float) -> dict:
   log, workdir = out / "logs" / f"{part.name}.log", out / "runs" / part.name
   status = {"name": part.name, "kind": part.kind, "tier": part.tier,
             "log": str(log.relative_to(out))}
-  # torch shares the GPU in the relative part: JAX allocates as it goes; the tests run on
-  # the device (tests/conftest.py picks the CPU unless JAX_PLATFORMS is set).
+  # torch shares the GPU in the relative part, and the test processes share it in the tests
+  # part: JAX allocates as it goes. The tests run on the device (tests/conftest.py picks the
+  # CPU unless JAX_PLATFORMS is set).
   env = {"relative": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-         "tests": {"JAX_PLATFORMS": ""}}.get(part.kind, {})
+         "tests": {"JAX_PLATFORMS": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+         }.get(part.kind, {})
   start = time.perf_counter()
   try:
     with environ(**env), deadline(seconds_left):

@@ -107,6 +107,16 @@ def test_the_tests_part_runs_pytest_on_the_device_and_keeps_its_summary(tmp_path
   assert "tests/ops: jax" in log and "precision 'highest'" in log  # tests/ops/conftest.py
 
 
+def test_the_tests_part_spreads_over_processes_only_with_xdist(monkeypatch):
+  monkeypatch.setattr(report.os, "cpu_count", lambda: 16)
+  assert report.test_arguments()[-2:] == ("-n", str(report.TEST_WORKERS))
+  assert report.test_arguments(workers=64)[-2:] == ("-n", "16")
+  assert "-n" not in report.test_arguments(workers=1)
+  monkeypatch.setattr(report.importlib.util, "find_spec",
+                      lambda name, *a: None if name == "xdist" else object())
+  assert report.test_arguments() == ("tests/ops", "-p", "no:cacheprovider")
+
+
 def test_environ_sets_variables_for_a_part_and_restores_them(monkeypatch):
   # As the tests part: JAX_PLATFORMS empty (tests/conftest.py would pick the CPU).
   with report.environ(JAX_PLATFORMS="", XLA_FLAGS="--x"):
