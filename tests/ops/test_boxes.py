@@ -10,6 +10,11 @@ import pytest
 
 from attention_lab.ops import boxes
 
+# The tests jit the operators: run eagerly, each jnp primitive inside them is its own XLA
+# compile per shape (seconds in all on a GPU).
+box_iou, encode, decode = jax.jit(boxes.box_iou), jax.jit(boxes.encode), jax.jit(boxes.decode)
+match = jax.jit(boxes.match, static_argnames="low_quality")
+
 
 def _random_boxes(rng, n, size=64.0, min_side=2.0):
   yx = rng.uniform(0, size - min_side, (n, 2))
@@ -49,7 +54,7 @@ def test_anchors_count_centres_and_shapes(size):
 def test_encode_matches_formula_and_decode_inverts():
   rng = np.random.default_rng(0)
   gt, anchor = _random_boxes(rng, 37), _random_boxes(rng, 37)
-  t = np.asarray(boxes.encode(jnp.asarray(gt), jnp.asarray(anchor)), np.float64)
+  t = np.asarray(encode(jnp.asarray(gt), jnp.asarray(anchor)), np.float64)
   for g, a, ti in zip(gt.astype(np.float64), anchor.astype(np.float64), t):
     ha, wa = a[2] - a[0], a[3] - a[1]
     hg, wg = g[2] - g[0], g[3] - g[1]
@@ -57,7 +62,7 @@ def test_encode_matches_formula_and_decode_inverts():
                 ((g[1] + g[3]) / 2 - (a[1] + a[3]) / 2) / wa / 0.1,
                 math.log(hg / ha) / 0.2, math.log(wg / wa) / 0.2]
     np.testing.assert_allclose(ti, expected, rtol=1e-4, atol=1e-4)
-  back = boxes.decode(jnp.asarray(t, jnp.float32), jnp.asarray(anchor))
+  back = decode(jnp.asarray(t, jnp.float32), jnp.asarray(anchor))
   np.testing.assert_allclose(back, gt, atol=1e-3)
 
 
@@ -65,18 +70,18 @@ def test_box_iou_matches_loop():
   rng = np.random.default_rng(1)
   a, b = _random_boxes(rng, 7), _random_boxes(rng, 5)
   expected = [[_iou(x, y) for y in b.astype(np.float64)] for x in a.astype(np.float64)]
-  np.testing.assert_allclose(boxes.box_iou(jnp.asarray(a), jnp.asarray(b)), expected, atol=1e-6)
+  np.testing.assert_allclose(box_iou(jnp.asarray(a), jnp.asarray(b)), expected, atol=1e-6)
 
 
 def test_match_thresholds_ignore_band_and_low_quality():
   anchor = jnp.asarray([[0, 0, 10, 10], [0, 0, 10, 6], [0, 0, 10, 4.5], [20, 20, 30, 30],
                         [50, 50, 52, 52]], jnp.float32)
   gt = jnp.asarray([[0, 0, 10, 10], [49, 49, 60, 60], [0, 0, 1, 1]], jnp.float32)
-  index, label = boxes.match(anchor, gt, jnp.asarray([True, True, False]))
+  index, label = match(anchor, gt, jnp.asarray([True, True, False]))
   # IoUs with box 0: 1, 0.6, 0.45 (ignored), 0, 0; anchor 4 is box 1's best (IoU 4/121).
   np.testing.assert_array_equal(label, [1, 1, -1, 0, 1])
   np.testing.assert_array_equal(np.asarray(index)[[0, 1, 4]], [0, 0, 1])
-  _, label = boxes.match(anchor, gt, jnp.asarray([True, True, False]), low_quality=False)
+  _, label = match(anchor, gt, jnp.asarray([True, True, False]), low_quality=False)
   np.testing.assert_array_equal(label, [1, 1, -1, 0, 0])
 
 
@@ -113,12 +118,12 @@ def test_postprocess_finds_the_encoded_boxes():
   levels = [8 * 8 * 9, 4 * 4 * 9]
   gt = np.asarray([[10, 12, 30, 26], [40, 35, 60, 61]], np.float32)
   logits = np.full((len(anchor), 3), -8.0, np.float32)
-  iou = np.asarray(boxes.box_iou(jnp.asarray(anchor), jnp.asarray(gt)))
+  iou = np.asarray(box_iou(jnp.asarray(anchor), jnp.asarray(gt)))
   deltas = np.zeros((len(anchor), 4), np.float32)
   for k, cls in enumerate([2, 0]):
     near = np.flatnonzero(iou[:, k] > 0.3)
     logits[near, cls] = 4.0 * iou[near, k]  # The best anchor scores highest.
-    deltas[near] = boxes.encode(jnp.asarray(gt[k:k + 1]), jnp.asarray(anchor[near]))
+    deltas[near] = encode(jnp.asarray(gt[k:k + 1]), jnp.asarray(anchor[near]))
   out = jax.jit(lambda c, d: boxes.postprocess(c, d, jnp.asarray(anchor), levels,
                                                 image_size=size, max_detections=5))(
                                                     jnp.asarray(logits), jnp.asarray(deltas))

@@ -12,11 +12,16 @@ from tests.ops import references as ref
 # (B, N, D, R): odd sizes, a single token, rank above and below the dimension.
 SHAPES = [(2, 30, 8, 4), (1, 7, 5, 3), (1, 1, 3, 2), (1, 9, 3, 6)]
 
+# The tests jit what they call (random_bases, the solvers, their gradients): run eagerly, each
+# jnp primitive inside them is its own XLA compile per shape (seconds in all on a GPU).
+random_bases = jax.jit(ops.random_bases, static_argnums=(1, 2, 3),
+                       static_argnames=("distribution", "dtype"))
+
 
 def _problem(rng, b, n, d, r, non_negative=True):
   x = rng.normal(size=(b, n, d))
   x = np.abs(x) if non_negative else x
-  bases = np.asarray(ops.random_bases(jax.random.key(1), b, d, r, dtype=jnp.float64))
+  bases = np.asarray(random_bases(jax.random.key(1), b, d, r, dtype=jnp.float64))
   return x, bases
 
 
@@ -24,7 +29,7 @@ def _problem(rng, b, n, d, r, non_negative=True):
 @pytest.mark.parametrize("steps", [1, 4])
 def test_nmf_matches_reference(rng, shape, steps):
   x, bases = _problem(rng, *shape)
-  out = ops.nmf(x, bases, steps=steps)
+  out = jax.jit(lambda x, b: ops.nmf(x, b, steps=steps))(x, bases)
   for got, expected in zip(out, ref.nmf(x, bases, steps)):
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
@@ -35,10 +40,10 @@ def test_nmf_blocked_passes_match_reference(rng, monkeypatch, block):
   monkeypatch.setattr(decomposition, "_NMF_BLOCK_TOKENS", block)
   x, bases = _problem(rng, 2, 30, 5, 3)
   for gradient in ("one_step", "bptt"):
-    out = ops.nmf(x, bases, steps=3, gradient=gradient)
+    out = jax.jit(lambda x, b: ops.nmf(x, b, steps=3, gradient=gradient))(x, bases)
     for got, expected in zip(out, ref.nmf(x, bases, 3)):
       np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
-  check_grads(lambda x: ops.nmf(x, bases, steps=2, gradient="bptt"), (x,), order=1,
+  check_grads(jax.jit(lambda x: ops.nmf(x, bases, steps=2, gradient="bptt")), (x,), order=1,
               modes=("rev",), atol=1e-5, rtol=1e-5)
 
 
@@ -47,7 +52,7 @@ def test_nmf_blocked_passes_match_reference(rng, monkeypatch, block):
 def test_soft_vq_matches_reference(rng, shape, steps):
   x, _ = _problem(rng, *shape, non_negative=False)
   bases = rng.normal(size=(shape[0], shape[2], shape[3]))
-  out = ops.soft_vq(x, bases, steps=steps, temperature=0.3)
+  out = jax.jit(lambda x, b: ops.soft_vq(x, b, steps=steps, temperature=0.3))(x, bases)
   for got, expected in zip(out, ref.soft_vq(x, bases, steps, 0.3)):
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
 
@@ -57,7 +62,7 @@ def test_soft_vq_matches_reference(rng, shape, steps):
 def test_soft_cd_matches_reference(rng, shape, steps):
   x, _ = _problem(rng, *shape, non_negative=False)
   bases = rng.normal(size=(shape[0], shape[2], shape[3]))
-  out = ops.soft_cd(x, bases, steps=steps, temperature=0.3, beta=0.1)
+  out = jax.jit(lambda x, b: ops.soft_cd(x, b, steps=steps, temperature=0.3, beta=0.1))(x, bases)
   for got, expected in zip(out, ref.soft_cd(x, bases, steps, 0.3, 0.1)):
     np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-10)
 
@@ -66,7 +71,7 @@ def test_nmf_objective_does_not_increase_and_stays_non_negative(rng):
   x, bases = _problem(rng, 2, 40, 12, 5)
   errors = []
   for steps in range(1, 13):
-    b, c = ops.nmf(x, bases, steps=steps)
+    b, c = jax.jit(lambda x, b: ops.nmf(x, b, steps=steps))(x, bases)
     assert np.all(np.asarray(b) >= 0) and np.all(np.asarray(c) >= 0)
     errors.append(float(jnp.linalg.norm(x - c @ jnp.swapaxes(b, 1, 2))))
   assert all(later <= earlier * (1 + 1e-12) for earlier, later in zip(errors, errors[1:])), errors
@@ -75,11 +80,11 @@ def test_nmf_objective_does_not_increase_and_stays_non_negative(rng):
 
 def test_nmf_of_zero_input_is_finite():
   x = jnp.zeros((1, 6, 4))
-  bases = ops.random_bases(jax.random.key(0), 1, 4, 3, dtype=jnp.float64)
-  b, c = ops.nmf(x, bases, steps=3)
+  bases = random_bases(jax.random.key(0), 1, 4, 3, dtype=jnp.float64)
+  b, c = jax.jit(lambda x, b: ops.nmf(x, b, steps=3))(x, bases)
   assert np.all(np.isfinite(b)) and np.all(np.isfinite(c))
   for gradient in ("one_step", "bptt"):
-    g = jax.grad(lambda x: jnp.sum(ops.nmf(x, bases, steps=3, gradient=gradient)[1]))(x)
+    g = jax.jit(jax.grad(lambda x: jnp.sum(ops.nmf(x, bases, steps=3, gradient=gradient)[1])))(x)
     assert np.all(np.isfinite(g))
 
 
@@ -101,12 +106,12 @@ SOLVERS = {
 def test_one_step_and_bptt_same_values_different_gradients(rng, solver):
   fn, _ = SOLVERS[solver]
   x, bases = _problem(rng, 1, 12, 5, 3)
-  one = fn(x, bases, steps=4, gradient="one_step")
-  full = fn(x, bases, steps=4, gradient="bptt")
+  one = jax.jit(lambda x: fn(x, bases, steps=4, gradient="one_step"))(x)
+  full = jax.jit(lambda x: fn(x, bases, steps=4, gradient="bptt"))(x)
   for a, b in zip(one, full):  # equal up to float64 rounding of differently fused loops
     np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
-  g_one = jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="one_step")))(x)
-  g_full = jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="bptt")))(x)
+  g_one = jax.jit(jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="one_step"))))(x)
+  g_full = jax.jit(jax.grad(lambda x: _loss(fn(x, bases, steps=4, gradient="bptt"))))(x)
   # VQ and CD contract fast, so their one-step gradient is close to (but not) the full one.
   assert np.linalg.norm(g_one - g_full) > 1e-6 * np.linalg.norm(g_full)
 
@@ -147,15 +152,15 @@ def _one_step_definition(solver, x0, bases, steps):
 def test_one_step_gradient_is_gradient_of_final_codes_update(rng, solver, steps):
   fn, _ = SOLVERS[solver]
   x, bases = _problem(rng, 2, 10, 4, 3)
-  definition = _one_step_definition(solver, x, bases, steps)
-  library = lambda x: fn(x, bases, steps=steps, gradient="one_step")
+  definition = jax.jit(_one_step_definition(solver, x, bases, steps))
+  library = jax.jit(lambda x: fn(x, bases, steps=steps, gradient="one_step"))
   for got, want in zip(library(x), definition(x)):  # the same values at x
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
-  expected = jax.grad(lambda x: _loss(definition(x)))(x)
-  got = jax.grad(lambda x: _loss(library(x)))(x)
+  expected = jax.jit(jax.grad(lambda x: _loss(definition(x))))(x)
+  got = jax.jit(jax.grad(lambda x: _loss(library(x))))(x)
   np.testing.assert_allclose(got, expected, rtol=1e-8, atol=1e-10)
   # The initial bases receive no gradient through the frozen loop.
-  g_bases = jax.grad(lambda b: _loss(fn(x, b, steps=steps, gradient="one_step")))(bases)
+  g_bases = jax.jit(jax.grad(lambda b: _loss(fn(x, b, steps=steps, gradient="one_step"))))(bases)
   np.testing.assert_array_equal(g_bases, 0)
 
 
@@ -165,8 +170,8 @@ def test_one_step_gradient_against_finite_differences(rng, solver):
   differences of its definition: the frozen loop, the final codes update at x."""
   fn, _ = SOLVERS[solver]
   x, bases = _problem(rng, 1, 7, 3, 2)
-  definition = _one_step_definition(solver, x, bases, 2)
-  library = lambda x: fn(x, bases, steps=2, gradient="one_step")
+  definition = jax.jit(_one_step_definition(solver, x, bases, 2))
+  library = jax.jit(lambda x: fn(x, bases, steps=2, gradient="one_step"))
   check_jvp(definition, lambda p, t: jax.jvp(library, p, t), (x,),
                           atol=1e-6, rtol=1e-6)
   check_vjp(definition, lambda x: jax.vjp(library, x), (x,), atol=1e-6, rtol=1e-6)
@@ -210,9 +215,9 @@ def official_differences(ham, x, bases, steps):
 def test_solvers_equal_the_official_code(rng, ham, shape):
   b, n, d, r = shape
   x = np.abs(rng.normal(size=(b, n, d))) if ham == "nmf" else rng.normal(size=(b, n, d))
-  bases = np.asarray(ops.random_bases(jax.random.key(2), b, d, r,
-                                      distribution="uniform" if ham == "nmf" else "normal",
-                                      dtype=jnp.float64))
+  bases = np.asarray(random_bases(jax.random.key(2), b, d, r,
+                                  distribution="uniform" if ham == "nmf" else "normal",
+                                  dtype=jnp.float64))
   diffs = official_differences(ham, x, bases, steps=4)
   assert max(diffs.values()) < 1e-9, diffs
 
@@ -223,13 +228,13 @@ def test_fixed_point_iterate_on_a_contraction(steps):
   for gradient, slope in (("one_step", 1.0), ("bptt", 2 * (1 - 0.5**steps))):
     run = lambda x: ops.fixed_point_iterate(step, jnp.zeros(()), (x,), steps=steps,
                                             gradient=gradient)
-    np.testing.assert_allclose(run(3.0), 3.0 * 2 * (1 - 0.5**steps), rtol=1e-12)
-    np.testing.assert_allclose(jax.grad(run)(3.0), slope, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(run)(3.0), 3.0 * 2 * (1 - 0.5**steps), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jax.grad(run))(3.0), slope, rtol=1e-12)
 
 
 @pytest.mark.parametrize("distribution", ["uniform", "normal"])
 def test_random_bases(distribution):
-  b = ops.random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution)
+  b = random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution)
   assert b.shape == (2, 7, 4) and b.dtype == jnp.float32
   np.testing.assert_allclose(jnp.linalg.norm(b, axis=1), 1, rtol=1e-6)
   if distribution == "uniform":
@@ -237,8 +242,8 @@ def test_random_bases(distribution):
   else:
     assert np.any(np.asarray(b) < 0)
   np.testing.assert_array_equal(
-      b, ops.random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution))
-  assert not np.allclose(b, ops.random_bases(jax.random.key(4), 2, 7, 4, distribution=distribution))
+      b, random_bases(jax.random.key(3), 2, 7, 4, distribution=distribution))
+  assert not np.allclose(b, random_bases(jax.random.key(4), 2, 7, 4, distribution=distribution))
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -250,8 +255,8 @@ def test_unrolled_loops_give_the_same_values_and_gradients(rng, monkeypatch, sol
   unrolled = jax.jit(lambda x: fn(x, bases, steps=3, gradient=gradient, unroll=True))
   for got, expected in zip(unrolled(x), reference(x, bases, 3)):
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
-  loss = lambda unroll: jax.grad(lambda x: _loss(fn(x, bases, steps=3, gradient=gradient,
-                                                    unroll=unroll)))(x)
+  loss = lambda unroll: jax.jit(jax.grad(lambda x: _loss(fn(x, bases, steps=3, gradient=gradient,
+                                                            unroll=unroll))))(x)
   np.testing.assert_allclose(loss(True), loss(False), rtol=1e-10, atol=1e-13)
 
 

@@ -10,6 +10,17 @@ from tests.ops import references as ref
 GRIDS = [(5, 7), (4, 4), (3, 1), (1, 4)]
 
 
+# Tests jit the operator and its gradients: run eagerly, each jnp primitive inside it is its
+# own XLA compile per shape (seconds in all on a GPU). Each call traces afresh, so a
+# monkeypatched AUTO_BLOCK_BYTES is read.
+def attention(**options):
+  return jax.jit(lambda *a: ops.relative_attention_2d(*a, **options))
+
+
+def grads(loss):
+  return jax.jit(jax.grad(loss, argnums=range(5)))
+
+
 def _inputs(rng, x, y, b=2, h=3, d=4, dv=5):
   return (rng.normal(size=(b, x, y, h, d)), rng.normal(size=(b, x, y, h, d)),
           rng.normal(size=(b, x, y, h, dv)), rng.normal(size=(2 * x - 1, d)),
@@ -19,7 +30,7 @@ def _inputs(rng, x, y, b=2, h=3, d=4, dv=5):
 @pytest.mark.parametrize("grid", GRIDS)
 def test_logits_match_index_loops(rng, grid):
   q, _, _, rel_h, rel_w = _inputs(rng, *grid)
-  lh, lw = ops.relative_logits_2d(q, rel_h, rel_w)
+  lh, lw = jax.jit(ops.relative_logits_2d)(q, rel_h, rel_w)
   expected_h, expected_w = ref.relative_logits(q, rel_h, rel_w)
   np.testing.assert_allclose(lh, expected_h, rtol=1e-12, atol=1e-12)
   np.testing.assert_allclose(lw, expected_w, rtol=1e-12, atol=1e-12)
@@ -28,7 +39,7 @@ def test_logits_match_index_loops(rng, grid):
 @pytest.mark.parametrize("lq,lk", [(1, 1), (1, 4), (3, 3), (2, 5), (5, 2)])
 def test_rel_to_abs(rng, lq, lk):
   rel = rng.normal(size=(2, lq, lq + lk - 1))
-  out = ops.rel_to_abs(rel, lk)
+  out = np.asarray(jax.jit(lambda rel: ops.rel_to_abs(rel, lk))(rel))
   for a in range(lq):
     for j in range(lk):
       np.testing.assert_array_equal(out[:, a, j], rel[:, a, j - a + lq - 1])
@@ -39,18 +50,18 @@ def test_attention_matches_reference(rng, grid):
   q, k, v, rel_h, rel_w = _inputs(rng, *grid)
   expected = ref.relative_attention(q, k, v, rel_h, rel_w, 0.5)
   np.testing.assert_allclose(
-      ops.relative_attention_2d(q, k, v, rel_h, rel_w), expected, rtol=1e-10, atol=1e-12)
+      attention()(q, k, v, rel_h, rel_w), expected, rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(
-      ops.relative_attention_2d(q, k, v, rel_h, rel_w, scale=0.2),
+      attention(scale=0.2)(q, k, v, rel_h, rel_w),
       ref.relative_attention(q, k, v, rel_h, rel_w, 0.2), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 14, 15, 20, 35, 1000])
 def test_chunked_equals_unchunked(rng, chunk):
   q, k, v, rel_h, rel_w = _inputs(rng, 5, 7)
-  full = ops.relative_attention_2d(q, k, v, rel_h, rel_w)
+  full = attention()(q, k, v, rel_h, rel_w)
   np.testing.assert_allclose(
-      ops.relative_attention_2d(q, k, v, rel_h, rel_w, query_chunk_size=chunk), full,
+      attention(query_chunk_size=chunk)(q, k, v, rel_h, rel_w), full,
       rtol=1e-12, atol=1e-12)
 
 
@@ -60,8 +71,8 @@ def test_chunked_gradient_equals_unchunked(rng):
   def loss(chunk):
     return lambda *a: jnp.sum(jnp.sin(ops.relative_attention_2d(*a, query_chunk_size=chunk)))
 
-  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
-  g_chunk = jax.grad(loss(6), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_full = grads(loss(None))(q, k, v, rel_h, rel_w)
+  g_chunk = grads(loss(6))(q, k, v, rel_h, rel_w)
   for a, b in zip(g_chunk, g_full):
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
@@ -92,12 +103,11 @@ def test_auto_chunk_equals_unchunked(rng, monkeypatch, grid, budget_rows, rows):
   def loss(chunk):
     return lambda *a: jnp.sum(jnp.sin(ops.relative_attention_2d(*a, query_chunk_size=chunk)))
 
-  np.testing.assert_allclose(ops.relative_attention_2d(q, k, v, rel_h, rel_w),
-                             ops.relative_attention_2d(q, k, v, rel_h, rel_w,
-                                                       query_chunk_size=None),
+  np.testing.assert_allclose(attention()(q, k, v, rel_h, rel_w),
+                             attention(query_chunk_size=None)(q, k, v, rel_h, rel_w),
                              rtol=1e-12, atol=1e-12)
-  g_auto = jax.grad(loss("auto"), argnums=range(5))(q, k, v, rel_h, rel_w)
-  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_auto = grads(loss("auto"))(q, k, v, rel_h, rel_w)
+  g_full = grads(loss(None))(q, k, v, rel_h, rel_w)
   for a, b in zip(g_auto, g_full):
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
@@ -108,8 +118,8 @@ def test_chunked_gradient_odd_grid(rng, chunk):
   q, k, v, rel_h, rel_w = _inputs(rng, 7, 3, b=1, h=2, d=3, dv=2)
   loss = lambda c: lambda *a: jnp.sum(
       jnp.cos(ops.relative_attention_2d(*a, query_chunk_size=c)) * jnp.arange(2.0))
-  g_chunk = jax.grad(loss(chunk), argnums=range(5))(q, k, v, rel_h, rel_w)
-  g_full = jax.grad(loss(None), argnums=range(5))(q, k, v, rel_h, rel_w)
+  g_chunk = grads(loss(chunk))(q, k, v, rel_h, rel_w)
+  g_full = grads(loss(None))(q, k, v, rel_h, rel_w)
   for a, b in zip(g_chunk, g_full):
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 

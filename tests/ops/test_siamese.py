@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -6,6 +7,10 @@ from attention_lab import ops
 from tests.ops import references as ref
 
 SHAPES = [(1, 1, 5, 1, 3, 2), (2, 7, 5, 3, 4, 6), (1, 9, 9, 1, 8, 8)]
+
+# The tests jit the operator: run eagerly, each jnp primitive inside it is its own XLA compile
+# per shape (seconds in all on a GPU).
+siamese_attention = jax.jit(ops.siamese_attention, static_argnames="global_term")
 
 
 def _inputs(rng, b, nq, n, h, d, dv):
@@ -17,7 +22,7 @@ def _inputs(rng, b, nq, n, h, d, dv):
 @pytest.mark.parametrize("global_term", [True, False])
 def test_matches_reference(rng, shape, global_term):
   q, k, v, w = _inputs(rng, *shape)
-  out = ops.siamese_attention(q, k, v, w, global_term=global_term)
+  out = siamese_attention(q, k, v, w, global_term=global_term)
   np.testing.assert_allclose(
       out, ref.siamese(q, k, v, w, global_term), rtol=1e-10, atol=1e-12)
 
@@ -26,7 +31,7 @@ def test_without_global_term_is_mean_value_times_query_score(rng):
   q, k, v, w = _inputs(rng, 2, 7, 5, 3, 4, 6)
   expected = jnp.einsum("bqhd,hd->bqh", q, w)[..., None] * v.mean(axis=1)[:, None]
   np.testing.assert_allclose(
-      ops.siamese_attention(q, k, v, w, global_term=False), expected, rtol=1e-10)
+      siamese_attention(q, k, v, w, global_term=False), expected, rtol=1e-10)
 
 
 def test_similarity_is_symmetric(rng):
@@ -36,7 +41,7 @@ def test_similarity_is_symmetric(rng):
   x = rng.normal(size=(1, n, 1, d))
   w = rng.normal(size=(1, d))
   one_hot = np.eye(n)[None, :, None, :]
-  scores = np.asarray(ops.siamese_attention(x, x, one_hot, w))[0, :, 0, :]
+  scores = np.asarray(siamese_attention(x, x, one_hot, w))[0, :, 0, :]
   np.testing.assert_allclose(scores, scores.T, rtol=1e-12)
   assert not np.allclose(scores, scores[0])  # non-trivial: rows differ
 
@@ -45,7 +50,7 @@ def test_linear_in_values_and_weights(rng):
   q, k, v, w = _inputs(rng, 2, 7, 5, 3, 4, 6)
   v2 = rng.normal(size=v.shape)
   np.testing.assert_allclose(
-      ops.siamese_attention(q, k, 2 * v - v2, w),
-      2 * ops.siamese_attention(q, k, v, w) - ops.siamese_attention(q, k, v2, w), rtol=1e-10)
+      siamese_attention(q, k, 2 * v - v2, w),
+      2 * siamese_attention(q, k, v, w) - siamese_attention(q, k, v2, w), rtol=1e-10)
   np.testing.assert_allclose(
-      ops.siamese_attention(q, k, v, 3 * w), 3 * ops.siamese_attention(q, k, v, w), rtol=1e-10)
+      siamese_attention(q, k, v, 3 * w), 3 * siamese_attention(q, k, v, w), rtol=1e-10)
