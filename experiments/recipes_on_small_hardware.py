@@ -101,8 +101,14 @@ def markdown(table: dict) -> str:
            "micro-batches k (`--config.microbatches`, powers of two) whose per-device footprint "
            "fits, that footprint, and the roofline step time max(FLOPs / peak, bytes / "
            "bandwidth) at k. BatchNorm statistics per the paper's per-GPU group "
-           "(`bn_group_size`) where the config sets one. Command: "
-           "`python -m experiments.recipes_on_small_hardware`.", "",
+           "(`bn_group_size`) where the config sets one; where those groups would span chips "
+           "(16 chips for a recipe of 8 GPUs), groups of one chip's share, as the cell says. "
+           "Memory is compared with the whole device memory (JAX preallocates 75% of a GPU's "
+           "unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise). XLA:GPU schedules and "
+           "rematerialises against the target's memory, so a GPU's footprint at k can be below "
+           "a larger GPU's; the roofline counts the FLOPs of the program as written, not "
+           "recomputation. Command: `python -m experiments.recipes_on_small_hardware` "
+           "(`--rows=` alone rewrites this file from the JSON).", "",
            "| row | config | " + " | ".join(TARGETS.values()) + " |",
            "|---|---|" + "---|" * len(TARGETS)]
   for row, config in ROWS.items():
@@ -157,6 +163,8 @@ def main(argv):
       with _locked_table() as table:
         table.setdefault(row, {})[target] = result
       print(f"{row} on {target}: {text(result)}", flush=True)
+  with _locked_table():  # the markdown and plot of the table as it stands
+    pass
 
 
 if __name__ == "__main__":
