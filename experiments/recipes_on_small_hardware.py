@@ -105,7 +105,7 @@ def markdown(table: dict) -> str:
            "(16 chips for a recipe of 8 GPUs), groups of one chip's share, as the cell says. "
            "Memory is compared with the whole device memory (JAX preallocates 75% of a GPU's "
            "unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise). XLA:GPU schedules and "
-           "rematerialises against the target's memory, so a GPU's footprint at k can be below "
+           "rematerialises toward 80% of the target's memory (GetSchedulerMemoryLimit), so a GPU's footprint at k can be below "
            "a larger GPU's; the roofline counts the FLOPs of the program as written, not "
            "recomputation. Command: `python -m experiments.recipes_on_small_hardware` "
            "(`--rows=` alone rewrites this file from the JSON).", "",
@@ -143,7 +143,7 @@ def plot(table: dict, path) -> None:
 def _locked_table():
   """The table in its JSON file, read and written back under a lock (calls run side by side)."""
   json_path = PATH.with_suffix(".json")
-  with open(PATH.with_suffix(".lock"), "w") as lock:
+  with open(PATH.with_suffix(".lock"), "w") as lock:  # flock needs a local file: the source tree
     fcntl.flock(lock, fcntl.LOCK_EX)
     table = json.loads(json_path.read_text()) if json_path.exists() else {}
     yield table
