@@ -14,6 +14,7 @@ side by side. Writes recipes_on_small_hardware.{json,md,png}.
 import contextlib
 import fcntl
 import json
+import math
 import os
 import pathlib
 import re
@@ -38,9 +39,13 @@ ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
 TARGETS = {"h100": "1×H100 80 GB", "rtx_4090": "1×RTX 4090 24 GB", "v5e:2x4": "v5e-8 (2x4)",
            "v5e:4x4": "v5e 4x4 (16 chips)"}
 PATH = measure.RESULTS / "recipes_on_small_hardware"
-# aot's refusal of BatchNorm groups larger than one device's share of the batch.
+# aot's refusals of BatchNorm groups larger than one device's share of the batch, and of a
+# batch that the chips do not divide.
 _SPANNING_GROUPS = re.compile(
     r"bn_group_size = (?P<paper>\d+): must be 0 .* devices = (?P<share>\d+)\)")
+_FEW_EXAMPLES = re.compile(
+    r"batch_size = (?P<batch>\d+): must be divisible by the number of devices in the mesh "
+    r"\((?P<chips>\d+)\)")
 
 _ROWS = flags.DEFINE_list("rows", list(ROWS), "Rows to (re)compile.")
 _TARGETS = flags.DEFINE_list("targets", list(TARGETS), "Targets to compile for.")
@@ -63,14 +68,17 @@ def _aot(config: str, target: str, *overrides: str) -> tuple[dict | None, str]:
 def cell(config: str, target: str) -> dict:
   """The aot figures of `config` on `target` at the smallest k that fits (or why not). Where
   the paper's BatchNorm groups would span chips (more chips than the paper's GPUs), the cell
-  is compiled with groups of one chip's share instead, and says so."""
+  is compiled with groups of one chip's share instead; where the chips do not divide the
+  paper's batch, on as many chips as do; and says so."""
   r, last = _aot(config, target)
-  share = _SPANNING_GROUPS.search(last)
-  if r is None and share:
+  spanned = {}
+  if r is None and (few := _FEW_EXAMPLES.search(last)):
+    used = math.gcd(int(few["batch"]), int(few["chips"]))
+    r, last = _aot(config, target, f"--config.mesh.num_devices={used}")
+    spanned = {"chips_used": used, "chips_in_slice": int(few["chips"])}
+  if r is None and (share := _SPANNING_GROUPS.search(last)):
     r, last = _aot(config, target, f"--config.bn_group_size={share['share']}")
     spanned = {"bn_group_size": int(share["share"]), "paper_bn_group_size": int(share["paper"])}
-  else:
-    spanned = {}
   if r is None:
     return {"error": last.removeprefix("error: ").removesuffix(" (--debug shows the traceback)")
             [:300]}
@@ -88,7 +96,9 @@ def text(c: dict | None) -> str:
   if "error" in c:
     return f"error: {c['error']}"
   groups = (f" (BN groups of {c['bn_group_size']} per chip: the paper's {c['paper_bn_group_size']}"
-            " would span chips)" if "paper_bn_group_size" in c else "")
+            " would span chips)" if "paper_bn_group_size" in c else
+            f" (on {c['chips_used']} of the {c['chips_in_slice']} chips: the paper's batch is "
+            f"{c['batch']})" if "chips_used" in c else "")
   if c["k"] is None:
     return f"no k fits ({c['gib']:.1f} GiB at k=1){groups}"
   return f"k={c['k']}: {c['gib']:.1f} GiB, {c['ms']:.0f} ms{groups}"

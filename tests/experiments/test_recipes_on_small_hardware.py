@@ -17,9 +17,10 @@ def test_cells_markdown_and_plot(tmp_path):
   assert (tmp_path / "plot.png").stat().st_size > 1000
 
 
-def test_groups_spanning_chips_are_compiled_per_chip(monkeypatch):
-  """aot refuses the paper's groups on more chips than the paper's GPUs: the cell is compiled
-  again with one chip's share as the group, and says so."""
+def test_groups_spanning_chips_and_too_small_batches_are_compiled_as_they_can_run(monkeypatch):
+  """aot refuses the paper's groups on more chips than the paper's GPUs, and a batch the chips
+  do not divide: the cell is compiled again with one chip's share as the group, or on as many
+  chips as divide the batch, and says so."""
   refusal = ("error: bn_group_size = 80: must be 0 (the whole batch) or divide each device's "
              "share of a micro-batch (batch_size 640 / microbatches 1 / 16 devices = 40) "
              "(--debug shows the traceback)")
@@ -37,6 +38,13 @@ def test_groups_spanning_chips_are_compiled_per_chip(monkeypatch):
   assert calls == [(), ("--config.bn_group_size=40",)]
   assert recipes.text(c) == ("k=1: 3.0 GiB, 50 ms (BN groups of 40 per chip: the paper's 80 "
                              "would span chips)")
+  few = ("error: batch_size = 8: must be divisible by the number of devices in the mesh (16) "
+         "(--debug shows the traceback)")
+  figures = {"fits": True, "microbatches": 1, "total_bytes": 2**30, "step_time_s": 0.03}
+  monkeypatch.setattr(recipes, "_aot", lambda c, t, *o: (
+      (None, few) if not o else ({**figures, "global_batch": 8, "chips": 8}, "")))
+  assert recipes.text(recipes.cell("configs/kanet/voc_deeplab.py", "v5e:4x4")) == (
+      "k=1: 1.0 GiB, 30 ms (on 8 of the 16 chips: the paper's batch is 8)")
   monkeypatch.setattr(recipes, "_aot", lambda *a: (None, "error: --topology = 'x': unknown "
                                                    "(--debug shows the traceback)"))
   assert recipes.text(recipes.cell("c", "x")) == "error: --topology = 'x': unknown"
