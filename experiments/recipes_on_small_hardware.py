@@ -24,6 +24,7 @@ import tempfile
 
 from absl import app, flags
 
+from attention_lab import devices
 from experiments import measure
 
 ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
@@ -38,6 +39,7 @@ ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
     "isagan_celeba": "configs/isa/celeba64.py", "sao_care": "configs/sanet/care_planaria.py"}
 TARGETS = {"h100": "1×H100 80 GB", "rtx_4090": "1×RTX 4090 24 GB", "v5e:2x4": "v5e-8 (2x4)",
            "v5e:4x4": "v5e 4x4 (16 chips)"}
+KINDS = {"h100": "H100", "rtx_4090": "RTX 4090", "v5e:2x4": "TPU v5 lite", "v5e:4x4": "TPU v5 lite"}
 PATH = measure.RESULTS / "recipes_on_small_hardware"
 # aot's refusals of BatchNorm groups larger than one device's share of the batch, and of a
 # batch that the chips do not divide.
@@ -129,23 +131,27 @@ def markdown(table: dict) -> str:
 
 
 def plot(table: dict, path) -> None:
+  """Per-device GiB of each cell at its k (the bar's label), against each target's memory."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   rows = [r for r in ROWS if table.get(r)]
-  fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 3.5))
+  fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
   width = 0.8 / len(TARGETS)
   for i, (target, label) in enumerate(TARGETS.items()):
-    ks = [table[r].get(target, {}).get("k") or 0 for r in rows]
-    bars = ax.bar(np.arange(len(rows)) + i * width, ks, width, label=label)
-    ax.bar_label(bars, labels=[str(k) if k else "" for k in ks], fontsize=6)
+    cells = [table[r].get(target, {}) for r in rows]
+    gib = [c.get("gib") or 0 for c in cells]
+    bars = ax.bar(np.arange(len(rows)) + i * width, gib, width, label=label, color=f"C{i}")
+    ax.bar_label(bars, labels=[f"k={c['k']}" if c.get("k") else "" for c in cells],
+                 fontsize=5, rotation=90, padding=2)
+    ax.axhline(devices.lookup(KINDS[target]).memory_bytes / 2**30, color=f"C{i}", linestyle=":", linewidth=1)
   ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, rows, rotation=30, ha="right")
-  ax.set_ylabel("micro-batches k that fit")
+  ax.set_ylabel("GiB per device at k (dotted: device memory)")
   ax.set_yscale("log", base=2)
-  ax.legend(fontsize=7)
+  ax.legend(fontsize=7, loc="upper right")
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  fig.savefig(path, dpi=110)
   plt.close(fig)
 
 
