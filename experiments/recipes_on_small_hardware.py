@@ -73,23 +73,23 @@ def cell(config: str, target: str) -> dict:
   is compiled with groups of one chip's share instead; where the chips do not divide the
   paper's batch, on as many chips as do; and says so."""
   r, last = _aot(config, target)
-  spanned = {}
+  adapted = {}
   if r is None and (few := _FEW_EXAMPLES.search(last)):
     used = math.gcd(int(few["batch"]), int(few["chips"]))
     r, last = _aot(config, target, f"--config.mesh.num_devices={used}")
-    spanned = {"chips_used": used, "chips_in_slice": int(few["chips"])}
+    adapted = {"chips_used": used, "chips_in_slice": int(few["chips"])}
   if r is None and (share := _SPANNING_GROUPS.search(last)):
     r, last = _aot(config, target, f"--config.bn_group_size={share['share']}")
-    spanned = {"bn_group_size": int(share["share"]), "paper_bn_group_size": int(share["paper"])}
+    adapted = {"bn_group_size": int(share["share"]), "paper_bn_group_size": int(share["paper"])}
   if r is None:
     return {"error": last.removeprefix("error: ").removesuffix(" (--debug shows the traceback)")
             [:300]}
   best = r if r["fits"] else r.get("fits_with")
   if best is None:
-    return {"k": None, "gib": r["total_bytes"] / 2**30, "ms": r["step_time_s"] * 1e3, **spanned}
+    return {"k": None, "gib": r["total_bytes"] / 2**30, "ms": r["step_time_s"] * 1e3, **adapted}
   return {"k": best.get("microbatches", 1), "gib": best["total_bytes"] / 2**30,
           "ms": best["step_time_s"] * 1e3, "batch": r["global_batch"], "chips": r["chips"],
-          **spanned}
+          **adapted}
 
 
 def text(c: dict | None) -> str:
@@ -117,9 +117,9 @@ def markdown(table: dict) -> str:
            "(16 chips for a recipe of 8 GPUs), groups of one chip's share, as the cell says. "
            "Memory is compared with the whole device memory (JAX preallocates 75% of a GPU's "
            "unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise). XLA:GPU schedules and "
-           "rematerialises toward 80% of the target's memory (GetSchedulerMemoryLimit), so a GPU's footprint at k can be below "
-           "a larger GPU's; the roofline counts the FLOPs of the program as written, not "
-           "recomputation. Command: `python -m experiments.recipes_on_small_hardware` "
+           "rematerialises toward 80% of the target's memory (GetSchedulerMemoryLimit), so a "
+           "GPU's footprint at k can be below a larger GPU's; the roofline counts the FLOPs of "
+           "the program as written, not recomputation. Command: `python -m experiments.recipes_on_small_hardware` "
            "(`--rows=` alone rewrites this file from the JSON).", "",
            "| row | config | " + " | ".join(TARGETS.values()) + " |",
            "|---|---|" + "---|" * len(TARGETS)]
@@ -145,7 +145,8 @@ def plot(table: dict, path) -> None:
     bars = ax.bar(np.arange(len(rows)) + i * width, gib, width, label=label, color=f"C{i}")
     ax.bar_label(bars, labels=[f"k={c['k']}" if c.get("k") else "" for c in cells],
                  fontsize=5, rotation=90, padding=2)
-    ax.axhline(devices.lookup(KINDS[target]).memory_bytes / 2**30, color=f"C{i}", linestyle=":", linewidth=1)
+    memory = devices.lookup(KINDS[target]).memory_bytes / 2**30
+    ax.axhline(memory, color=f"C{i}", linestyle=":", linewidth=1)
   ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, rows, rotation=30, ha="right")
   ax.set_ylabel("GiB per device at k (dotted: device memory)")
   ax.set_yscale("log", base=2)
@@ -156,13 +157,16 @@ def plot(table: dict, path) -> None:
 
 
 @contextlib.contextmanager
-def _locked_table():
-  """The table in its JSON file, read and written back under a lock (calls run side by side)."""
+def _locked_table(write: bool = True):
+  """The table in its JSON file, read and (with `write`) written back with its markdown and
+  plot, under a lock (calls run side by side)."""
   json_path = PATH.with_suffix(".json")
   with open(PATH.with_suffix(".lock"), "w") as lock:  # flock needs a local file: the source tree
     fcntl.flock(lock, fcntl.LOCK_EX)
     table = json.loads(json_path.read_text()) if json_path.exists() else {}
     yield table
+    if not write:
+      return
     json_path.write_text(json.dumps(table, indent=1) + "\n")
     PATH.with_suffix(".md").write_text(markdown(table))
     plot(table, PATH.with_suffix(".png"))
@@ -172,7 +176,7 @@ def main(argv):
   del argv
   for row in _ROWS.value:
     for target in _TARGETS.value:
-      with _locked_table() as table:
+      with _locked_table(write=False) as table:
         if not _REDO.value and target in table.get(row, {}):
           continue
       result = cell(ROWS[row], target)

@@ -62,7 +62,8 @@ def test_qkv_output_is_row_term_plus_column_term(rng):
 def test_mean_normalization(rng):
   q, k, v = _qkv(rng, (5, 7))
   flat = q.reshape(2, 35, 3, 4)
-  expected = ref.attention(flat, ref.head_summary(k), ref.head_summary(v), 0.5, normalization="mean")
+  expected = ref.attention(flat, ref.head_summary(k), ref.head_summary(v), 0.5,
+                           normalization="mean")
   np.testing.assert_allclose(
       attention_kv(q, k, v, normalization="mean"),
       expected.reshape(2, 5, 7, 3, 5), rtol=1e-10)
