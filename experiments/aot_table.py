@@ -28,7 +28,8 @@ _TABLE_ONLY = cli.define_once(flags.DEFINE_bool, "table_only", False,
                               "Only rebuild the table from the JSON.")
 _CONFIGS = cli.define_once(flags.DEFINE_list, "configs", None,
                            "Configs to compile (default: every row's).")
-_REDO = flags.DEFINE_bool("redo", False, "Compile again rows whose JSON exists (default: skip).")
+_REDO = cli.define_once(flags.DEFINE_bool, "redo", False,
+                        "Compile again rows whose JSON exists (default: skip).")
 _GPU = flags.DEFINE_bool("gpu", False, "The GPU table (GPU_ROWS) instead of the TPU slices.")
 
 RESULTS = str(measure.RESULTS)

@@ -24,7 +24,7 @@ import tempfile
 
 from absl import app, flags
 
-from attention_lab import devices
+from attention_lab import cli, devices
 from experiments import measure
 
 ROWS = {  # row -> config at the paper's batch (its docstring cites the paper)
@@ -52,7 +52,8 @@ _FEW_EXAMPLES = re.compile(
 _ROWS = flags.DEFINE_list("rows", list(ROWS), "Rows to (re)compile.")
 _TARGETS = flags.DEFINE_list("targets", list(TARGETS), "Targets to compile for.")
 _TIMEOUT = flags.DEFINE_integer("timeout_s", 3600, "Limit of one cell's aot process.")
-_REDO = flags.DEFINE_bool("redo", False, "Compile cells already in the table again.")
+_REDO = cli.define_once(flags.DEFINE_bool, "redo", False,
+                        "Compile cells already in the table again.")
 
 
 def _aot(config: str, target: str, *overrides: str) -> tuple[dict | None, str]:
