@@ -62,50 +62,60 @@ def predict_tiled(apply: Callable[[np.ndarray], np.ndarray], x: np.ndarray, *,
       raise ValueError(f"{name} must have one entry per spatial axis ({rank}), got {value}")
   if batch_size < 1:
     raise ValueError(f"batch_size must be positive, got {batch_size}")
+  first = 1 if reduce_first_axis else 0  # spatial axes before `first` are not tiled
+  xp = _pad_to_multiple(x, multiple)
+  sides = _window_sides(xp.shape[:-1], tile, overlap, multiple, first)
+  windows = list(itertools.product(*(_axis_windows(size, side, o) for size, side, o
+                                      in zip(xp.shape[:-1], sides, overlap))))
+  out = None
+  for i in range(0, len(windows), batch_size):
+    group = windows[i:i + batch_size]
+    predictions = _predict_windows(apply, xp, group, sides, batch_size)
+    if out is None:
+      out = np.zeros(xp.shape[first:-1] + predictions.shape[-1:], np.float32)
+    _paste_cores(out, predictions, group, first)
+  return out[tuple(slice(0, s) for s in x.shape[first:-1])]
+
+
+def _pad_to_multiple(x: np.ndarray, multiple) -> np.ndarray:
+  """x (*S, C) padded at the end of each spatial axis to a multiple of `multiple`: reflected,
+  or repeated where a side is 1 (nothing to reflect)."""
   shape = x.shape[:-1]
-  padded = tuple(-(-s // m) * m for s, m in zip(shape, multiple))
-  pad = [(0, p - s) for p, s in zip(padded, shape)] + [(0, 0)]
-  xp = np.pad(x, pad, mode="reflect" if all(s > 1 for s in shape) else "edge")
-  tiles = []
-  for axis, (size, t, o, m) in enumerate(zip(padded, tile, overlap, multiple)):
-    if reduce_first_axis and axis == 0:
-      tiles.append(size)
-      continue
+  pad = [(0, -s % m) for s, m in zip(shape, multiple)] + [(0, 0)]
+  return np.pad(x, pad, mode="reflect" if all(s > 1 for s in shape) else "edge")
+
+
+def _window_sides(padded, tile, overlap, multiple, first: int) -> tuple[int, ...]:
+  """The window's side per spatial axis: the tile, at most the padded side; axes before
+  `first` whole. ValueError when a tile or overlap breaks the network's alignment."""
+  sides = list(padded[:first])
+  for axis in range(first, len(padded)):
+    size, t, o, m = padded[axis], tile[axis], overlap[axis], multiple[axis]
     if t % m or o % m:
       raise ValueError(f"tile ({t}) and overlap ({o}) of spatial axis {axis} must be multiples "
                        f"of {m}")
     if t < size and t - 2 * o < m:
       raise ValueError(f"tile ({t}) of spatial axis {axis} must exceed 2·overlap ({2 * o})")
-    tiles.append(min(t, size))
-  per_axis = [[(0, 0, size)] if reduce_first_axis and axis == 0 else _axis_windows(size, t, o)
-              for axis, (size, t, o) in enumerate(zip(padded, tiles, overlap))]
-  windows = list(itertools.product(*per_axis))
-  first = 1 if reduce_first_axis else 0
-  out, pending = None, []
+    sides.append(min(t, size))
+  return tuple(sides)
 
-  def flush():
-    nonlocal out
-    batch = np.stack([xp[tuple(slice(w, w + t) for (w, _, _), t in zip(win, tiles)) + (...,)]
-                      for win in pending])
-    count = len(batch)
-    if count < batch_size:
-      batch = np.concatenate([batch, np.zeros((batch_size - count,) + batch.shape[1:],
-                                              batch.dtype)])
-    pred = np.asarray(apply(batch))[:count]
-    if out is None:
-      out = np.zeros(padded[first:] + pred.shape[-1:], np.float32)
-    for win, p in zip(pending, pred):
-      target, source = [], []
-      for w, c0, c1 in win[first:]:
-        target.append(slice(c0, c1))
-        source.append(slice(c0 - w, c1 - w))
-      out[tuple(target)] = p[tuple(source)]
-    pending.clear()
 
-  for win in windows:
-    pending.append(win)
-    if len(pending) == batch_size:
-      flush()
-  if pending:
-    flush()
-  return out[tuple(slice(0, s) for s in shape[first:])]
+def _predict_windows(apply, xp: np.ndarray, windows, sides, batch_size: int) -> np.ndarray:
+  """The predictions for `windows`: their crops of xp in one `apply` call, the batch
+  zero-padded to `batch_size` windows (one compiled shape)."""
+  batch = np.stack([xp[tuple(slice(w, w + side) for (w, _, _), side in zip(window, sides))]
+                    for window in windows])
+  count = len(batch)
+  if count < batch_size:
+    batch = np.concatenate([batch, np.zeros((batch_size - count,) + batch.shape[1:],
+                                            batch.dtype)])
+  return np.asarray(apply(batch))[:count]
+
+
+def _paste_cores(out: np.ndarray, predictions, windows, first: int) -> None:
+  """Writes each window's core of its prediction into `out`, whose spatial axes are xp's
+  from `first` on."""
+  for window, prediction in zip(windows, predictions):
+    target = tuple(slice(c0, c1) for _, c0, c1 in window[first:])
+    source = tuple(slice(c0 - w, c1 - w) for w, c0, c1 in window[first:])
+    out[target] = prediction[source]
