@@ -172,6 +172,49 @@ def _attend(q, k, v, lh, lw, scale, keep_weights):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
+def _check_attention(q, k, v, rel_h, rel_w, query_chunk_size):
+  """ValueError naming the argument when a shape or `query_chunk_size` is not allowed."""
+  _check_relative(q, rel_h, rel_w)
+  for name, t in (("k", k), ("v", v)):
+    _checks.check_rank(name, t, 5, "(batch, height, width, heads, dim)")
+    if t.shape[:4] != q.shape[:4]:
+      raise ValueError(
+          f"{name} must share (batch, height, width, heads) = {q.shape[:4]} with q,"
+          f" got {t.shape}")
+  if k.shape[-1] != q.shape[-1]:
+    raise ValueError(f"k must have the dim of q ({q.shape[-1]}), got {k.shape}")
+  if isinstance(query_chunk_size, str):
+    if query_chunk_size != "auto":
+      raise ValueError(
+          f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
+  else:
+    _checks.check_chunk(query_chunk_size)
+
+
+def _map_row_blocks(attend, q_heads, rel_h, rows: int):
+  """`attend(q_rows, height table, keep_weights, start)` on blocks of `rows` query rows,
+  one block at a time (lax.map), each keeping only its log-sum-exp for the backward pass.
+
+  q_heads (B, H, X, Y, D) is zero-padded to whole blocks, and the height table left-padded
+  by as many rows so that the last block's window stays in range: rows x0..x0+r−1 reach
+  table indices X−x0−r .. 2X−2−x0 (r+X−1 entries). Returns (B, H, X, Y, Dv).
+  """
+  b, h, x, y, d = q_heads.shape
+  num = -(-x // rows)
+  pad = num * rows - x
+  q_blocks = jnp.pad(q_heads, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0)))
+  q_blocks = jnp.moveaxis(q_blocks.reshape(b, h, num, rows, y, d), 2, 0)
+  rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
+  starts = x - rows + pad - rows * jnp.arange(num)
+
+  def block(args):
+    q_rows, start = args
+    return attend(q_rows, rel_h_padded, False, start)
+
+  out = lax.map(block, (q_blocks, starts))  # (num, B, H, r·Y, Dv)
+  return jnp.moveaxis(out, 0, 2).reshape(b, h, num * rows, y, -1)[:, :, :x]
+
+
 def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size="auto"):
   """2D self-attention with relative position logits (AA paper Eq. 3-4).
 
@@ -207,21 +250,7 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
   Returns:
     (B, X, Y, H, Dv) in v's dtype; logits and softmax in at least float32.
   """
-  _check_relative(q, rel_h, rel_w)
-  for name, t in (("k", k), ("v", v)):
-    _checks.check_rank(name, t, 5, "(batch, height, width, heads, dim)")
-    if t.shape[:4] != q.shape[:4]:
-      raise ValueError(
-          f"{name} must share (batch, height, width, heads) = {q.shape[:4]} with q,"
-          f" got {t.shape}")
-  if k.shape[-1] != q.shape[-1]:
-    raise ValueError(f"k must have the dim of q ({q.shape[-1]}), got {k.shape}")
-  if isinstance(query_chunk_size, str):
-    if query_chunk_size != "auto":
-      raise ValueError(
-          f"query_chunk_size must be 'auto', None or a positive int, got {query_chunk_size!r}")
-  else:
-    _checks.check_chunk(query_chunk_size)
+  _check_attention(q, k, v, rel_h, rel_w, query_chunk_size)
   scale = default_scale(q, scale)
   b, x, y, h, d = q.shape
   acc = _checks.compute_dtype(q, k, v, rel_h, rel_w)
@@ -231,7 +260,7 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
   k_heads = jnp.moveaxis(k, 3, 1).reshape(b, h, x * y, d)
   v_heads = jnp.moveaxis(v, 3, 1).reshape(b, h, x * y, v.shape[-1])
 
-  def attend(q_rows, table_h, keep_weights, start=None):
+  def attend(q_rows, table_h, keep_weights, start=None):  # (B, H, r, Y, D) → (B, H, r·Y, Dv)
     r = q_rows.shape[2]
     lh, lw = _row_block_logits(q_rows, table_h, rel_w, x, acc, start)
     return _attend(q_rows.reshape(b, h, r * y, d), k_heads, v_heads,
@@ -240,19 +269,5 @@ def relative_attention_2d(q, k, v, rel_h, rel_w, *, scale=None, query_chunk_size
   if rows == x:
     out = attend(q_heads, rel_h, True)
   else:
-    num = -(-x // rows)
-    pad = num * rows - x
-    q_blocks = jnp.pad(q_heads, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0)))
-    q_blocks = jnp.moveaxis(q_blocks.reshape(b, h, num, rows, y, d), 2, 0)
-    # Left-pad the height table so the last (padded) block's window stays in range:
-    # rows x0..x0+r−1 reach table indices X−x0−r .. 2X−2−x0 (r+X−1 entries).
-    rel_h_padded = jnp.pad(rel_h, ((pad, 0), (0, 0)))
-    starts = x - rows + pad - rows * jnp.arange(num)
-
-    def block(args):
-      q_rows, start = args
-      return attend(q_rows, rel_h_padded, False, start)
-
-    out = lax.map(block, (q_blocks, starts))  # (num, B, H, r·Y, Dv)
-    out = jnp.moveaxis(out, 0, 2).reshape(b, h, num * rows, y, -1)[:, :, :x]
+    out = _map_row_blocks(attend, q_heads, rel_h, rows)
   return jnp.moveaxis(out.reshape(b, h, x, y, -1), 1, 3)
