@@ -43,12 +43,13 @@ def leaves(tree):
 
 @pytest.fixture(scope="module")
 def stepped(tmp_path_factory):
-  """A tiny conditional GAN with G frozen (lr 0) and EMA 0.9: the initial state, a fixed real
-  batch and the states after each of 6 steps. D's output layer and class embedding start at
-  zero, so its hinge loss starts at exactly 2 (a random tiny D may start with it at 0)."""
+  """A tiny conditional GAN with G frozen (lr 0) and EMA 0.9 after step 3: the task, the initial
+  state and the states after each of 6 steps, D's losses, a fixed real batch and the jitted
+  step. D's output layer and class embedding start at zero, so its hinge loss starts at
+  exactly 2 (a random tiny D may start with it at 0)."""
   tmp = tmp_path_factory.mktemp("gan")
   config = tiny(tmp, **{"g_optimizer.learning_rate": 0.0, "d_optimizer.learning_rate": 5e-3,
-                        "ema_decay": 0.9})
+                        "ema_decay": 0.9, "ema_start_step": 3})
   task = tasks.create(config, tasks.Environment(make_mesh(config), str(tmp), 4))
   state = jax.jit(task.init_state)()
 
@@ -65,11 +66,11 @@ def stepped(tmp_path_factory):
     state, values = step(state, batch)
     states.append(state)
     d_losses.append(float(values.compute()["d_loss"]))
-  return task, states, d_losses, batch
+  return task, states, d_losses, batch, step
 
 
 def test_discriminator_loss_falls_on_a_fixed_generator(stepped):
-  _, states, d_losses, _ = stepped
+  _, states, d_losses, _, _ = stepped
   for a, b in zip(leaves(states[0]["generator"]["params"]),
                   leaves(states[-1]["generator"]["params"])):
     np.testing.assert_array_equal(a, b)  # G frozen
@@ -79,7 +80,7 @@ def test_discriminator_loss_falls_on_a_fixed_generator(stepped):
 
 
 def test_generator_gradient_is_nonzero(stepped):
-  task, states, _, _ = stepped
+  task, states, _, _, _ = stepped
   state = states[-1]  # D trained (its zeroed head has moved)
   z, y = task._latent(jax.random.key(3), 4)  # pylint: disable=protected-access
 
@@ -94,29 +95,40 @@ def test_generator_gradient_is_nonzero(stepped):
   assert nonzero > 0.5  # conditional BN rows of absent classes are the zeros
 
 
-def test_ema_update_is_exact(stepped):
-  _, states, _, _ = stepped
-  for before, after in zip(states[:2], states[1:3]):
-    ema0, ema1 = leaves(before["ema"]), leaves(after["ema"])
-    params = leaves(after["generator"]["params"])
-    for e0, e1, p in zip(ema0, ema1, params):
-      expected = np.float32(0.9) * e0 + (np.float32(1) - np.float32(0.9)) * p
-      np.testing.assert_allclose(e1, expected, rtol=1e-6, atol=0)
-  assert np.array_equal(states[0]["step"], 0) and int(states[-1]["step"]) == 6
+def _ema_off_g(state):
+  """`state` with its EMA moved off G's weights: G is frozen in `stepped`, so an EMA equal to
+  them would stay equal whatever the update."""
+  ema, treedef = jax.tree.flatten(state["ema"])
+  moved = [x + jax.random.normal(jax.random.key(i), x.shape, x.dtype) for i, x in enumerate(ema)]
+  return {**state, "ema": jax.tree.unflatten(treedef, moved)}
 
 
-def test_ema_before_its_start_step_copies_the_weights():
-  params = {"w": jnp.array([1.0, 2.0])}
-  assert np.array_equal(gan.ema_update({"w": jnp.array([5.0, 7.0])}, params, 0.0)["w"], [1, 2])
-  np.testing.assert_allclose(gan.ema_update({"w": jnp.array([5.0, 7.0])}, params, 0.75)["w"],
-                             [4.0, 5.75])
+def test_ema_copies_g_until_its_start_step_then_averages(stepped):
+  """Up to `ema_start_step` (3) a step sets the EMA to G's weights; after it, to
+  decay·ema + (1 − decay)·θ_G (decay 0.9) in float32, to within 2 eps of the two terms
+  (exact arithmetic in float64; XLA may fuse either product into an FMA)."""
+  _, states, _, batch, step = stepped
+  copied, _ = step(_ema_off_g(states[2]), batch)  # step 3: the last copy
+  for e, p in zip(leaves(copied["ema"]), leaves(copied["generator"]["params"])):
+    np.testing.assert_array_equal(e, p)
+  decay, eps = np.float32(0.9), np.finfo(np.float32).eps
+  state = _ema_off_g(states[3])
+  for _ in range(3):  # steps 4 (the first average), 5, 6
+    before = leaves(state["ema"])
+    state, _ = step(state, batch)
+    for e0, e1, p in zip(before, leaves(state["ema"]), leaves(state["generator"]["params"])):
+      kept = np.float64(decay) * e0
+      added = np.float64(np.float32(1) - decay) * p
+      assert e1.dtype == np.float32
+      assert np.all(np.abs(e1 - (kept + added)) <= 2 * eps * (np.abs(kept) + np.abs(added)))
+  assert np.array_equal(states[0]["step"], 0) and int(state["step"]) == 6
 
 
 def test_resume_is_exact(tmp_path):
   """3 steps straight == 2 steps, a new Trainer restored from the workdir, 1 more step:
   G, D, both optimizer states, the EMA and the RNG all equal."""
   config = tiny(tmp_path, num_train_steps=3, eval_every_steps=100, ema_decay=0.5,
-                d_steps=2, checkpoint_every_steps=1)
+                ema_start_step=1, d_steps=2, checkpoint_every_steps=1)
   straight = Trainer(config, str(tmp_path / "a"))
   straight.run()
   first = Trainer(config, str(tmp_path / "b"))

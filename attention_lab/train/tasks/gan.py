@@ -21,8 +21,8 @@ on fresh noise and its new BatchNorm running averages are discarded; only the G
 update moves them. D runs in training mode in both updates (its spectral-norm
 vectors advance in each, as PyTorch's `spectral_norm` does).
 
-EMA: state["ema"] = decay·ema + (1 − decay)·θ_G after every step, from
-`config.ema_start_step` on (θ_G copied before). `config.ema_decay = 0` (the
+EMA: state["ema"] = decay·ema + (1 − decay)·θ_G after every step
+(`optax.incremental_update`), from `config.ema_start_step` on (θ_G copied before). `config.ema_decay = 0` (the
 papers' setting) makes it equal to G's weights. Evaluation always uses
 G(ema weights, G's BatchNorm running averages) in evaluation mode.
 
@@ -64,6 +64,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from clu import metrics
 from etils import epath
 from flax import nnx
@@ -88,11 +89,6 @@ class GanMetrics(metrics.Collection):
   g_loss: metrics.Average.from_output("g_loss")
   d_real: metrics.Average.from_output("d_real")
   d_fake: metrics.Average.from_output("d_fake")
-
-
-def ema_update(ema, params, decay):
-  """decay·ema + (1 − decay)·params, leaf by leaf (decay a scalar, possibly traced)."""
-  return jax.tree.map(lambda e, p: (decay * e + (1 - decay) * p).astype(e.dtype), ema, params)
 
 
 def hinge_d_loss(real_logits, fake_logits):
@@ -243,7 +239,8 @@ class GAN(base.Task):
         d_loss=d_loss.mean(), g_loss=g_loss, d_real=d_real.mean(), d_fake=d_fake.mean())
     return {"step": step, "generator": g_state,
             "discriminator": {**d_state, "rest": d_rest},
-            "ema": ema_update(state["ema"], g_state["params"], decay), "rng": rng}, values
+            "ema": optax.incremental_update(g_state["params"], state["ema"], 1 - decay),
+            "rng": rng}, values
 
   def train_batches(self, start_step):
     return gan_data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
