@@ -22,9 +22,9 @@ update moves them. D runs in training mode in both updates (its spectral-norm
 vectors advance in each, as PyTorch's `spectral_norm` does).
 
 EMA: state["ema"] = decay·ema + (1 − decay)·θ_G after every step
-(`optax.incremental_update`), from `config.ema_start_step` on (θ_G copied before). `config.ema_decay = 0` (the
-papers' setting) makes it equal to G's weights. Evaluation always uses
-G(ema weights, G's BatchNorm running averages) in evaluation mode.
+(`optax.incremental_update`), from `config.ema_start_step` on (θ_G copied before).
+`config.ema_decay = 0` (the papers' setting) makes it equal to G's weights. Evaluation
+always uses G(ema weights, G's BatchNorm running averages) in evaluation mode.
 
 State: {"step", "generator": {"params", "rest", "opt_state"}, "discriminator": {...},
 "ema": G's params, "rng": PRNG key}; the loop shards and checkpoints all of it, so a
