@@ -47,9 +47,8 @@ class Hamburger(nnx.Module):
     nor flax's default 0.99. The BN's input is a near-constant channel (the
     reconstruction's mean over tokens dominates: mean/std ~30 on the digits
     model) whose mean drifts while the weights train, so running averages
-    that lag by ~100 steps put evaluation many σ off (flax's 0.99 gave 12.7%
-    test top-1 on the default experiment instead of 97.3%).
-    `norm_momentum` sets it.
+    that lag by ~100 steps (flax's 0.99) put evaluation many σ off
+    (experiments/results/default_operators.md). `norm_momentum` sets it.
 
   The upper conv is applied to the low-rank factors, never to the (N, d)
   reconstruction: W_u(codes·basesᵀ) = codes·(basesᵀ·W_u), the same function
@@ -140,7 +139,8 @@ class Hamburger(nnx.Module):
     self.deterministic = False
     self.record_attention = False  # see `recording`
     # The 1×1 convolutions as Linear maps over the channel axis: the same function and
-    # initialisation; XLA:CPU runs a dot ~1.5× faster than the equivalent 1×1 conv.
+    # initialisation, and XLA:CPU runs a dot faster than the equivalent 1×1 conv
+    # (experiments/results/performance_goals.md, section 3).
     self.lower = (None if "lower" in without else
                   nnx.Linear(in_features, dim, use_bias=True, dtype=dtype, rngs=rngs))
     self.upper = (None if "upper" in without else

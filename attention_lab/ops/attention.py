@@ -84,10 +84,9 @@ def _softmax_attend(q, k, v, bias, scale):
 def _mean_attend(q, k, v, scale):
   acc = _checks.compute_dtype(q, k, v)
   # Heads moved in front explicitly (a bitcast when H = 1): XLA:CPU then runs plain
-  # batched GEMMs, where heads as a middle einsum axis cost copies (GlobalAttention "mean",
-  # 1 head, batch 2: 32 -> 21 ms at 56²×256, 154 -> 115 ms at 64²×512; equal with 8 heads).
-  # Not done in the softmax form: faster for the op alone at 56²×256 (114 -> 66 ms) but
-  # 2.5× slower inside GlobalAttention at 64²×512 (XLA:CPU fuses the projections in).
+  # batched GEMMs, where heads as a middle einsum axis cost copies. Not done in the
+  # softmax form, where it slows GlobalAttention down (XLA:CPU fuses the projections in;
+  # experiments/results/performance_goals.md, goals 1 and 2).
   q, k, v = (jnp.moveaxis(t, 2, 1) for t in (q, k, v))
   kv = jnp.einsum("bhkd,bhke->bhde", k, v, preferred_element_type=acc)
   kv = kv * (scale / k.shape[2])

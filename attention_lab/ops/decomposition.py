@@ -127,9 +127,8 @@ def _tokens_t_codes(x, codes):
   Both contract the token axis in place (no transposed copy of x, which
   `swapaxes(x) @ codes` makes XLA:CPU take inside the solver loop on every
   step). The (R, D) product keeps x's minor axis D as the output's minor
-  axis, and XLA:CPU runs it about 1.4× faster than the (D, R) one (at
-  16384×512, R = 64: 8.0 vs 11.1 ms); only the small (R, D) result is
-  transposed (experiments/results/performance_goals.md, section 3).
+  axis, which XLA:CPU runs faster than the (D, R) one; only the small (R, D)
+  result is transposed (experiments/results/performance_goals.md, section 3).
   """
   return jnp.swapaxes(jnp.einsum("bnr,bnd->brd", codes, x), 1, 2)
 

@@ -88,10 +88,8 @@ def relative_logits_2d(q, rel_h, rel_w):
 
 
 # Query blocks of the default ("auto") chunking hold at most this many bytes of logits
-# (B·H·rows·Y·XY elements): a block's logits, weights and their gradients then stay in
-# the CPU's last-level cache. Measured on a 2-core AMD EPYC (1 MiB L2 per core, 32 MiB
-# L3), forward + backward at 28² (B=2, 8 heads × 32): 1-2 rows per block (1.4-2.8 MB)
-# beat 4 rows and the unchunked form (experiments/results/relative_timm.md).
+# (B·H·rows·Y·XY elements), so that a block's logits, weights and their gradients stay in
+# a CPU's last-level cache (block sizes compared: experiments/results/relative_timm.md).
 AUTO_BLOCK_BYTES = 4 * 2**20
 
 

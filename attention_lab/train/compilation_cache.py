@@ -19,8 +19,8 @@ import jax
 
 ENV = "JAX_COMPILATION_CACHE_DIR"
 # Programs that compile faster than this are not written. JAX's default (1 s) leaves out
-# most of a CPU run's programs (the default experiment's evaluation step compiles in
-# about 0.3 s here, its initialisation in less); reading an entry takes milliseconds.
+# most of a CPU run's programs, which compile in well under a second; reading an entry
+# takes milliseconds (experiments/results/compilation_cache.md).
 MIN_COMPILE_SECS = 0.1
 
 

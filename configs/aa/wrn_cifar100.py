@@ -25,8 +25,8 @@ V100s (or a TPU slice) for 500 epochs.
 
 Presets: `:cpu` (`:ROW,cpu`) — the row's network at width 0.1 (8-64 channels),
 2 heads of at least 4 key dims, on the embedded digits at 16×16, 400 AdamW
-steps: AA-WRN reached eval top-1 99.0% using 242 CPU-seconds (about 2 min wall
-on a quiet 2-core CPU; experiments/results/cpu_presets.md). `:tiny`: the
+steps; expected: eval top-1 ≥ 50% in a few minutes on a 2-core CPU
+(experiments/results/paper_presets.md gives each row's top-1 and time). `:tiny`: the
 same at depth 10 (one block per stage), 2 steps (tests).
 """
 

@@ -16,9 +16,8 @@ steps at batch 32). Horizontal flips are off: a mirrored digit is not that
 digit.
 
 Expected (experiments/default_detection.py, 2-core CPU): COCO mAP@[.5:.95]
-≥ 0.50 on the test scenes for both backbones in ≤ 15 minutes each. Measured on
-a quiet 2-core CPU: ResNet 0.599 in 138 s, AA-ResNet 0.602 in 148 s end to end
-(README, experiments/results/default_detection.md).
+≥ 0.50 on the test scenes for both backbones in ≤ 15 minutes each (measured:
+experiments/results/default_detection.md).
 
 Presets: `:cpu` (a visibly learning run of a minute or two: 150 steps at
 batch 16), `:tiny` (a few steps at 32×32 for tests).

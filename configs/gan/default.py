@@ -8,17 +8,16 @@ images at 32×32, tiled to RGB, in [−1, 1]. Models: SAGAN's residual G and
 projection D (BigGAN's 32×32 layout, 4·width channels, spectral norm, conditional
 BN) with the context module at 16×16 in both (sa / refined keys and values max-pooled
 2×2 to 8×8, as SAGAN's official code does). Training: hinge loss, Adam β = (0,
-0.9), TTUR 5e-4 (G) / 1e-3 (D) (SAGAN's 1e-4 / 4e-4 raised for this short run: at
-2e-4 / 4e-4 samples followed their class only after ~3,000 steps; at 5e-4 / 1e-3, 95%
-did at 2,000), one D step per G step, batch 32, 5,000 steps, width 4 (16
-channels), BigGAN's shared class embedding in G (`model.class_embedding` 128) and
-G evaluated with an EMA of its weights (decay 0.999 from step 1,000). Without
-the last two, the hamburger and conv variants ended at 85% conditional accuracy
-(hamburger oscillating between evaluations, conv plateaued). MSGAN's mode-seeking
-term in G's loss (`mode_seeking` 0.3): without it G draws nearly one image per class
-(recall and class diversity fall as the class is learned); at 0.1 recall still fell
-late in training; at 1.0 G ignores the class. The term slows class learning, hence
-5,000 steps.
+0.9), TTUR 5e-4 (G) / 1e-3 (D) (SAGAN's 1e-4 / 4e-4 raised so that samples follow
+their class within this short run), one D step per G step, batch 32, 5,000 steps,
+width 4 (16 channels), BigGAN's shared class embedding in G (`model.class_embedding`
+128) and G evaluated with an EMA of its weights (decay 0.999 from step 1,000): without
+these two the hamburger and conv variants fall short of the accuracy goal. MSGAN's
+mode-seeking term in G's loss (`mode_seeking` 0.3): without it G draws nearly one image
+per class (recall and class diversity fall as the class is learned); a smaller weight
+lets recall fall late in training, a much larger one makes G ignore the class. The term
+slows class learning, hence 5,000 steps. The runs behind these choices:
+experiments/results/default_gan.md.
 Evaluation: FID, IS and KID in the feature space of the default classification
 experiment's digits classifier (configs/default.py, restored from
 `eval.classifier_workdir`, trained there first if missing: ~1-2 min), and the

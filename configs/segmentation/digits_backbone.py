@@ -12,7 +12,8 @@ segmenter's backbone (depth, width and stem from the segmentation config) at
 output stride 32, global pooling and a linear classifier. AdamW 3e-3, cosine,
 30 epochs of batch 64 (690 steps).
 
-Measured: 98.7% test top-1 in 42 s end to end on a 2-core CPU.
+Expected: test top-1 near 99% in under a minute on a 2-core CPU (measured:
+experiments/results/default_segmentation.md).
 
 Presets: `:cpu` (5 epochs, for the segmentation `:cpu` preset), `:tiny` (two
 steps, for tests).

@@ -109,8 +109,8 @@ def test_aa_tables_counts(name, params, gflops):
 @pytest.mark.parametrize("name", [f"{p}resnet{d}" for p in ("", "se_", "aa_") for d in (34, 50)])
 def test_every_resnet_kind_traces_forward_and_backward_at_full_depth(name):
   """Full depth at tiny width, abstractly (jax.eval_shape: traced, not compiled); 101 and 152
-  differ from 50 only in block counts, which the parameter counts pin (tracing them costs
-  10-20 s each)."""
+  differ from 50 only in block counts, which the parameter counts pin (tracing them is
+  slow)."""
   model = model_stats.build_abstract(name, 7, **TINY)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   loss = lambda p, r, x: jnp.mean(nnx.merge(graphdef, p, r, copy=True)(x) ** 2)

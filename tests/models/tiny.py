@@ -1,7 +1,7 @@
 """Cheap model construction for tests: the registry's model with random values, no initialisers.
 
 `models.create` runs every initialiser eagerly, and XLA:CPU compiles each
-(initialiser, shape) pair once: ~9 s for a width-0.25 MobileNetV2, more than
+(initialiser, shape) pair once: for a whole network that takes longer than
 its train step. The shape-and-structure half of construction is what the tests
 check, so `create_tiny` builds the model abstractly (`nnx.eval_shape`) and fills
 it from numpy: parameters ~ N(0, 1/fan_in), batch-norm variances 1, means 0,

@@ -236,8 +236,8 @@ def test_mode_seeking_loss_matches_a_loop():
 
 def test_generator_runs_on_its_share_of_the_batch():
   """z and y drawn inside the step are split over the mesh like the real batch: per-device
-  temporaries at a fixed per-device batch do not grow with the number of devices (they were
-  2.1× on 4 devices when every device ran G on the whole batch)."""
+  temporaries at a fixed per-device batch do not grow with the number of devices (they
+  would if every device ran G on the whole batch)."""
   from attention_lab import aot  # pylint: disable=g-import-not-at-top
 
   def temporaries(n):

@@ -37,7 +37,7 @@ def test_every_row_builds_at_cpu_size(name):
   the default row's forward pass runs in the `:tiny` training test). The SE and AA ResNet
   rows are built at their `:tiny` depth (one block per stage): they change the blocks, not
   how many there are, and each depth's block counts are built at full depth by its plain
-  row (tracing se_/aa_resnet101/152 costs 5-10 s each; their 34/50-layer nets are traced
+  row (tracing se_/aa_resnet101/152 is slow; their 34/50-layer nets are traced
   at full depth in tests/models/test_resnet.py)."""
   module = CONFIGS[name]
   for row in module.ROWS:

@@ -12,9 +12,10 @@ Adam β = (0, 0.9), 1e-4 for G, 4e-4 for D). `config.mode_seeking` = λ > 0 adds
 mode-seeking term λ·L_ms to G's loss (`mode_seeking_loss`; G's batch then holds pairs of
 one class: its second half's labels are its first half's), against a G that ignores z.
 One `train_step` runs `config.d_steps` D updates then one G update, all in one jitted
-program (the D updates unrolled: XLA:CPU ran a D update ~27× slower as a `lax.scan`
-body). Each D update sees its own real images: the batch carries (B, d_steps, H, W, 3)
-images (data/gan.py), i.e. d_steps·B real images per step.
+program (the D updates unrolled: XLA:CPU runs a D update many times slower as a `lax.scan`
+body; experiments/results/default_gan.md). Each D update sees its own real images: the
+batch carries (B, d_steps, H, W, 3) images (data/gan.py), i.e. d_steps·B real images per
+step.
 D sees [real; fake] as one concatenated batch (one spectral-norm power iteration
 per update, as BigGAN). In a D update G runs in training mode (batch statistics)
 on fresh noise and its new BatchNorm running averages are discarded; only the G
@@ -213,7 +214,7 @@ class GAN(base.Task):
       return self.discriminator.update(d_state, grads, rest), values
 
     d_state, values = state["discriminator"], []
-    for i in range(self.d_steps):  # unrolled: ~27× faster on XLA:CPU than a lax.scan body
+    for i in range(self.d_steps):  # unrolled, not a lax.scan (the module docstring says why)
       d_state, v = d_update(d_state, (images[:, i], labels[:, i], keys[i]))
       values.append(v)
     d_loss, d_real, d_fake = (jnp.stack(v) for v in zip(*values))
