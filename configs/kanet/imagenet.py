@@ -8,10 +8,10 @@
   #   KANet w/o KAO 0.721)
   # the same rows by override: --config.model.name=ROW (every row shares the recipe)
 
-Recipe: SANet's (configs/mobilenet_imagenet.py; the KAO appendix) at batch 512 on 8 TITAN
-Xp (BatchNorm groups of 64; SANet: 640 on 8 RTX 2080 Ti; the learning rate is 0.1 in both
-papers, so it is not rescaled), with batch norm on the coefficient matrices. Hardware as
-in configs/sanet/imagenet.py.
+Recipe: the KAO appendix, which is SANet's (configs/mobilenet_imagenet.py), at batch 512 on
+8 TITAN Xp (BatchNorm groups of 64; SANet: 640 on 8 RTX 2080 Ti; the learning rate is 0.1
+in both papers, so it is not rescaled); batch norm on the coefficient matrices. Hardware
+as in configs/sanet/imagenet.py.
 
 Presets: `:cpu` (or `:ROW,cpu`) and `:tiny`, the sizes of configs/mobilenet_imagenet.py.
 Expected at `:cpu`: eval top-1 ≥ 50% in a few minutes on a 2-core CPU

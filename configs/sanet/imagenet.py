@@ -8,8 +8,8 @@
   #   sanet_ones_w (Table 8, w fixed to ones; no accuracy in the paper)
   # the same rows by override: --config.model.name=ROW (every row shares the recipe)
 
-Recipe: the SAO appendix's (configs/mobilenet_imagenet.py) at batch 640 on 8 RTX 2080 Ti
-GPUs (BatchNorm groups of 80), with batch norm on the SAO coefficients instead of 1/N. The
+Recipe: SAO appendix 2 (configs/mobilenet_imagenet.py, shared with KANet) at batch 640 on 8
+RTX 2080 Ti GPUs (BatchNorm groups of 80); batch norm on the SAO coefficients, not 1/N. The
 paper initialises every parameter with Xavier (Glorot) initialisation; our layers use
 Flax's defaults (LeCun normal kernels), a difference that matters little with batch norm.
 Meant for an 8-GPU host or a TPU slice (about 1.5 days on 8 RTX 2080 Ti in the paper);
