@@ -13,7 +13,8 @@ Each goal measures the library against a floor of the hardware or of the paper i
 7. operator memory (XLA, compile only): SAO / KAO_QKV temporaries ≤ 2× input + output,
    relative attention's per position constant in H·W, NMF one-step flat in K.
 A goal is `name(config)`, its part of the JSON, and `name_lines(config, result)`, its section.
-`config.goals` picks the goals measured; the others are copied from the saved JSON.
+`config.goals` picks the goals measured; the others are shown as not measured (never copied
+from an earlier run).
 """
 
 import functools
@@ -30,8 +31,8 @@ from attention_lab import layers, ops
 from experiments import efficiency_modules, efficiency_operators, measure
 
 GIB, MB, S, LABELS = measure.GIB, measure.MB, jax.ShapeDtypeStruct, measure.LABELS
-ABOUT = ("Times: medians of {repeats} interleaved samples after warm-up in one run; memory: XLA "
-         "memory_analysis. Benchmarks, not tests.")
+ABOUT = ("Times: medians of {repeats} samples (method: Timing and calibration, below); memory: "
+         "XLA memory_analysis. Benchmarks, not tests.")
 
 
 def _verdict(ok: bool) -> str:
@@ -65,13 +66,14 @@ def _times_and_rate(programs, config) -> tuple:
 
 def table_ratios(config) -> dict:
   """Goal 1: the ratios of the SAO Table 2 / KAO Table 1 results against the papers'."""
-  rows = []
+  rows, sources = [], {}
   for table in config.ratio_tables:
     path = measure.out_dir_of(config) / f"{table}.json"
     if not path.exists():
       rows.append({"table": table, "missing": str(path)})
       continue
     data = json.loads(path.read_text())
+    sources[table] = data.get("commit")
     for r in data["rows"]:
       paper = r.get("paper") or {}
       if r["operator"] == data["config"]["baseline"] or paper.get("speedup") is None:
@@ -86,7 +88,7 @@ def table_ratios(config) -> dict:
           speed_met=r["speedup"] >= paper["speedup"],
           memory_met_total=goal is None or saving >= goal,
           memory_met_temp=goal is None or temp >= goal))
-  return {"rows": rows}
+  return {"rows": rows, "sources": sources}
 
 
 def table_ratios_lines(config, result) -> list:
@@ -104,7 +106,10 @@ def table_ratios_lines(config, result) -> list:
       "1. Speed-up and memory saving against Attn ≥ the paper's (SAO Table 2, KAO Table 1)",
       "Memory saving on XLA's total (temporaries + input + output) and on temporaries only. "
       "'bound' is the largest total saving any operator can reach: the input and the output are "
-      "the same for every operator.",
+      "the same for every operator. Read from " + (", ".join(
+          f"{t}.json (commit {measure.short_commit(c)})" for t, c in result.get("sources", {}
+                                                                          ).items()) or "—")
+      + ".",
       ({"table": lambda r: r["table"],
         "input": lambda r: f"not measured: {r['missing']} missing" if "missing" in r else r["size"],
         **{h: (lambda r, c=c: "" if "missing" in r else c(r)) for h, c in columns.items()}},
@@ -136,8 +141,8 @@ def hardware(config) -> dict:
 def hardware_lines(config, result) -> list:
   return _section(
       f"2. Close to the hardware: ≤ {config.pass_ratio_goal}× one elementwise pass",
-      "The operator and the pass (x·2) timed in the same interleaved rounds; the ratio to the "
-      "pass is the measure (on a shared machine absolute times drift).",
+      "The operator and the pass (x·2) timed the same way in one run; the ratio to the pass "
+      "is the measure (on a shared machine absolute times drift).",
       ({"operator": lambda r: LABELS[r["operator"]], "input": _cell("size"),
         "pass ms": _cell("pass_time_s", ".4f", 1e3),
         "operator ms": _cell("library_time_s", ".4f", 1e3),
@@ -423,16 +428,13 @@ def run(config) -> dict:
   unknown = set(config.goals) - set(GOALS)
   if unknown:
     raise ValueError(f"config.goals must be a subset of {tuple(GOALS)}, got {sorted(unknown)}")
-  path = measure.out_dir_of(config) / f"{config.table}.json"
-  previous = json.loads(path.read_text()) if path.exists() else {}
   result = {}
   for name, (goal, _) in GOALS.items():
     if name in config.goals:
       result[name] = goal(config)
       print(name, result[name], flush=True)
     else:
-      result[name] = previous.get(
-          name, {"skipped": f"not measured in this run or a previous one ({path})"})
+      result[name] = {"skipped": "not in config.goals of this run"}
   return result
 
 
@@ -440,7 +442,7 @@ def markdown(config, result, machine_line: str) -> str:
   lines = measure.header(config, machine_line, ABOUT)
   for name, (_, render) in GOALS.items():  # goal 6 says itself why it was not measured
     if "skipped" in result[name] and name != "ham_official":
-      lines += [f"## {name}: {result[name]['skipped']}", ""]
+      lines += [f"## {name}: not measured ({result[name]['skipped']})", ""]
     else:
       lines += render(config, result[name]) + [""]
   return "\n".join(lines)
