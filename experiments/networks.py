@@ -59,7 +59,7 @@ def _run_steps(step, state, warmup: int, steps: int, finish):
 def measure_jax(entry, config) -> dict:
   """An entry's train step, compiled with the state donated, timed; its model FLOPs (2 × the
   jaxpr's multiply-adds), XLA's accounting and memory peak."""
-  kwargs = {"num_classes": entry.get("classes", 1000), "dtype": config.dtype,
+  kwargs = {"num_classes": entry.get("classes", 1000), "dtype": config.compute_dtype,
             **({} if entry.get("task") == "segmentation" else {"image_size": entry.get(
                 "image_size", config.image_size)}), **dict(entry.get("overrides", {}))}
   build = lambda rngs: models.create(entry["model"], rngs=rngs, **kwargs)
@@ -222,7 +222,8 @@ def run(config) -> dict:
   kept = _kept_rows(config, out / f"{stem}.json")
   no_torch = torch_missing()
   entry = devices.lookup(jax.devices()[0].device_kind)
-  peak, bandwidth = (entry.peak(config.dtype), entry.memory_bandwidth) if entry else (None, None)
+  peak, bandwidth = ((entry.peak(config.compute_dtype), entry.memory_bandwidth) if entry
+                     else (None, None))
   rows, not_run, budget = [], [], _Budget(config.budget_s)
   for e in (dict(e) for e in config.entries):
     if e["framework"] == "torch" and no_torch:

@@ -26,7 +26,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.table = "networks"
   config.title = "Whole networks: the train step on this device, beside PyTorch"
   config.image_size = 224
-  config.dtype = "bfloat16"  # compute; parameters float32
+  config.compute_dtype = "bfloat16"  # compute; parameters float32
   config.learning_rate = 0.1
   config.warmup = 3  # steps before timing (the first compiles)
   config.steps = 20  # timed steps
@@ -40,14 +40,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.resnet50_anchor = "about 2,600 images/s, PyTorch AMP, one H100 SXM"
   config.about = (
       "One training step as the tasks run it (`measure.train_step`: TrainableModel, SGD "
-      "momentum 0.9, softmax cross-entropy), {dtype} compute, float32 parameters, random "
+      "momentum 0.9, softmax cross-entropy), {compute_dtype} compute, float32 parameters, random "
       "batches resident on the device; PyTorch: timm's model in channels_last, bf16 autocast, "
       "the same optimiser and loss, torch.compile or eager as the row says. **Time**: wall time "
       "of {steps} back-to-back steps after {warmup} warm-up steps, the host running ahead of "
       "the device (JAX: `block_until_ready`, PyTorch: `torch.cuda.synchronize` at the end), so "
       "the dispatch is hidden. **TFLOP/s and MFU**: model FLOPs (ours: 2 × the multiply-adds "
       "of the step's dot products and convolutions; PyTorch: `FlopCounterMode`) per second, "
-      "MFU against the device's {dtype} peak (attention_lab/devices.py). **Roofline**: "
+      "MFU against the device's {compute_dtype} peak (attention_lab/devices.py). **Roofline**: "
       "max(FLOPs / peak, XLA bytes accessed / HBM bandwidth) over the step time, FLOPs the "
       "larger of the model's and XLA's cost analysis. **Memory**: XLA's peak of the donated "
       "step; PyTorch's most allocated. timm's 26t networks run at 256² (HaloNet needs it); "
@@ -66,7 +66,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       _entry("MobileNetV2 + SAO", "jax", "mobilenet_v2_sao", 256, 60, baseline="MobileNetV2"),
       _entry("KANet_KV", "jax", "kanet_kv", 256, 60, baseline="MobileNetV2"),
       _entry("HamNet without its Hamburger", "jax", "hamnet", 8, 90, image_size=512,
-             task="segmentation", classes=21, overrides={"ham_options": {"without": ("hamburger",)}}),
+             task="segmentation", classes=21,
+             overrides={"ham_options": {"without": ("hamburger",)}}),
       _entry("HamNet", "jax", "hamnet", 8, 100, image_size=512, task="segmentation", classes=21,
              baseline="HamNet without its Hamburger"),
   )

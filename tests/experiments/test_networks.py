@@ -62,7 +62,7 @@ def test_networks_beside_pytorch(tmp_path):
   text = networks.markdown(config, result, "here")
   assert "| timm resnet10t | PyTorch: eager" in text and "PyTorch: not measured" not in text
   # Written after each entry, so a stopped run keeps its rows.
-  saved = json.loads((tmp_path / "networks_bfloat16.json").read_text())
+  saved = json.loads((tmp_path / "networks.json").read_text())
   assert saved["partial"] and len(saved["rows"]) == 3 and saved["commit"]
 
 
@@ -86,7 +86,7 @@ def test_the_budget_skips_entries_and_resume_keeps_the_measured_ones(tmp_path, m
   config.budget_s = 0.0
   config.entries = config.entries[:1]
   first = networks.run(config)
-  (tmp_path / "networks_bfloat16.json").write_text(json.dumps({**first, "commit": "abc"}))
+  (tmp_path / "networks.json").write_text(json.dumps({**first, "commit": "abc"}))
   config.entries = _config(tmp_path).entries[:2]
   config.resume = True
   calls = []
