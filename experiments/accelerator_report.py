@@ -3,7 +3,8 @@ PyTorch, a speed run of each default experiment and, with --tests, the operator 
 GPU or TPU present, within a time budget. Runs from the source tree without TensorFlow:
 
   PYTHONPATH=. python -m experiments.accelerator_report [--budget_s=420] [--tests]
-      [--resume] [--archive=PATH.tar.gz] [--out=DIR] [--smoke] [--parts=NAME,...]
+      [--resume] [--networks_budget_s=S] [--archive=PATH.tar.gz] [--out=DIR] [--smoke]
+      [--parts=NAME,...]
   PYTHONPATH=. python -m experiments.accelerator_report --check   # preflight, < 60 s
 
 Parts, most valuable first (`plan`): 1. SAO Table 2 and KAO Table 1 in float32 and bfloat16
@@ -60,6 +61,8 @@ _BUDGET = flags.DEFINE_float("budget_s", 420.0, "Seconds for the whole report; p
 _ARCHIVE = flags.DEFINE_string("archive", "", "Also pack the output folder into this .tar.gz.")
 _TESTS = flags.DEFINE_bool("tests", False, "Also run `pytest tests/ops` on the device (after "
                            "the networks).")
+_NETWORKS_S = flags.DEFINE_float("networks_budget_s", 0.0, "At most these seconds for the "
+                                 "networks part (0: all that is left of the budget).")
 _RESUME = flags.DEFINE_bool("resume", False, "Keep the parts an earlier report in --out "
                             "finished; run the others (and the networks it lacks).")
 _CHECK = flags.DEFINE_bool("check", False, "Preflight only: versions, device, MFU peak, a tiny "
@@ -213,21 +216,6 @@ def deadline(seconds: float):
     signal.signal(signal.SIGALRM, previous)
 
 
-@contextlib.contextmanager
-def environ(**values):
-  """os.environ with `values` set (inherited by the parts' processes), restored after."""
-  saved = {k: os.environ.get(k) for k in values}
-  os.environ.update(values)
-  try:
-    yield
-  finally:
-    for k, v in saved.items():
-      if v is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = v
-
-
 def device_slug(platform_name: str, device_kind: str) -> str:
   """A folder name for a device kind: 'NVIDIA H100 80GB HBM3' -> 'nvidia_h100_80gb_hbm3'."""
   return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_") or platform_name
@@ -274,24 +262,27 @@ def environment() -> dict:
           "jax_environment": jax.print_environment_info(True)}
 
 
-def run_part(part: Part, out: pathlib.Path, seconds_left: float) -> dict:
+def run_part(part: Part, out: pathlib.Path, seconds_left: float, cap_s: float = 0.0) -> dict:
   """Runs one part (its output to logs/<name>.log), stopped after `seconds_left`; a run trains
-  in a fresh runs/<name>/, its speed from its final JSON."""
+  in a fresh runs/<name>/, its speed from its final JSON; a BUDGETED part is given the time
+  left (at most `cap_s`, if set)."""
   log, workdir = out / "logs" / f"{part.name}.log", out / "runs" / part.name
   status = {"name": part.name, "kind": part.kind, "tier": part.tier,
             "log": str(log.relative_to(out))}
   overrides = list(part.overrides)
   if part.name in BUDGETED:
-    overrides.append(f"--config.budget_s={max(seconds_left - BUDGETED[part.name], 1.0):.0f}")
-  start = time.perf_counter()
+    given = min(seconds_left, cap_s or seconds_left) - BUDGETED[part.name]
+    overrides.append(f"--config.budget_s={max(given, 1.0):.0f}")
+  start, env = time.perf_counter(), PART_ENV.get(part.name, {})
   try:
-    with environ(**PART_ENV.get(part.name, {})), deadline(seconds_left):
+    with deadline(seconds_left):
       if part.kind == "run":
-        run = runs.train(part.config, overrides, workdir=workdir, log=log)
+        run = runs.train(part.config, overrides, workdir=workdir, log=log, env=env)
       elif part.kind == "tests":
-        run = runs.run_module(part.module, overrides, log=log)
+        run = runs.run_module(part.module, overrides, log=log, env=env)
       else:
-        run = runs.run_module(part.module, [f"--config={part.config}", *overrides], log=log)
+        run = runs.run_module(part.module, [f"--config={part.config}", *overrides], log=log,
+                              env=env)
   except OverBudget:
     status.update(state="stopped", seconds=time.perf_counter() - start, returncode=None,
                   error=f"stopped at the budget's end after {time.perf_counter() - start:.0f} s")
@@ -433,9 +424,11 @@ def earlier_parts(out: pathlib.Path, resume: bool) -> dict:
 
 
 def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool,
-           budget: Budget | None = None, resume: bool = False) -> list[dict]:
+           budget: Budget | None = None, resume: bool = False,
+           networks_budget_s: float = 0.0) -> list[dict]:
   """Runs the parts in order while they fit in `budget` (default: unlimited), after the ones
-  an earlier report finished where `resume`; rewrites report.json and README.md after each."""
+  an earlier report finished where `resume`; rewrites report.json and README.md after each.
+  `networks_budget_s`: at most that for the networks part (0: what is left)."""
   budget = budget or Budget(float("inf"), smoke)
   done = earlier_parts(out, resume)
   out.mkdir(parents=True, exist_ok=True)
@@ -451,7 +444,8 @@ def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool,
       print(f"[{part.name}] not run: {statuses[-1]['error']}", flush=True)
     else:
       estimate = budget.estimate(part.name)
-      statuses.append({**run_part(part, out, budget.left() - RESERVE_S), "estimate_s": estimate})
+      statuses.append({**run_part(part, out, budget.left() - RESERVE_S, networks_budget_s),
+                       "estimate_s": estimate})
       # A failure's time says nothing of the others', nor a part given all that was left.
       if statuses[-1]["state"] == "ok" and part.name not in BUDGETED:
         budget.done(part.name, statuses[-1]["seconds"])
@@ -582,8 +576,8 @@ def check(smoke: bool, tests: bool) -> int:
 
 def main(argv):
   if len(argv) > 1:
-    cli.fail(f"unexpected arguments {argv[1:]}; flags are --budget_s, --archive, --tests, "
-             "--resume, --check, --out, --smoke and --parts")
+    cli.fail(f"unexpected arguments {argv[1:]}; flags are --budget_s, --networks_budget_s, "
+             "--archive, --tests, --resume, --check, --out, --smoke and --parts")
   start = time.perf_counter()
   if _CHECK.value:
     sys.exit(check(_SMOKE.value, _TESTS.value))
@@ -604,7 +598,7 @@ def main(argv):
              f"{[p.name for p in parts]}")
   parts = [p for p in parts if p.name in _PARTS.value or not _PARTS.value]
   statuses = report(env, out, parts, _SMOKE.value, Budget(_BUDGET.value, _SMOKE.value, start),
-                    _RESUME.value)
+                    _RESUME.value, _NETWORKS_S.value)
   if _ARCHIVE.value:
     archive(out, pathlib.Path(_ARCHIVE.value).resolve())
   sys.exit(1 if any(s["state"] in ("failed", "stopped") for s in statuses) else 0)

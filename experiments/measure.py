@@ -85,6 +85,11 @@ def fmt(value, spec: str, suffix: str = "", missing: str = "") -> str:
   return missing if value is None else format(value, spec) + suffix
 
 
+def verdict(met: bool) -> str:
+  """A goal's verdict as the tables write it."""
+  return "**met**" if met else "**not met**"
+
+
 def header(config, machine: str, about: str) -> list:
   """A table's title, machine, command and protocol paragraph (`about`, formatted with the
   config's fields)."""

@@ -250,11 +250,11 @@ def _goal_lines(config, g) -> list:
   lines.append(
       f"- ResNet-50 ≥ {config.resnet50_goal:g}× PyTorch's images/s: " + (
           f"{r50['ratio']:.2f}× ({r50['ours']:.0f} against {r50['torch']:.0f} images/s) — "
-          f"{'**met**' if r50['met'] else '**not met**'}" if r50 else "not measured")
+          f"{measure.verdict(r50['met'])}" if r50 else "not measured")
       + f". Published anchor: {config.resnet50_anchor}.")
   timm = g.get("timm_overheads") or {}
   for label, o in (g.get("overheads") or {}).items():
-    verdicts = ", ".join(f"{'**met**' if met else '**not met**'} against {t} ({timm[t]:.2f}×)"
+    verdicts = ", ".join(f"{measure.verdict(met)} against {t} ({timm[t]:.2f}×)"
                          for t, met in o["met"].items()) or "timm's not measured"
     lines.append(f"- {label} costs {o['overhead']:.2f}× {o['baseline']}'s step: {verdicts}.")
   return lines

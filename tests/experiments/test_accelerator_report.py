@@ -119,16 +119,6 @@ def test_the_tests_part_spreads_over_processes_only_with_xdist(monkeypatch):
   assert report.test_arguments() == ("tests/ops", "-p", "no:cacheprovider")
 
 
-def test_environ_sets_variables_for_a_part_and_restores_them(monkeypatch):
-  # As the tests part: JAX_PLATFORMS empty (tests/conftest.py would pick the CPU).
-  with report.environ(JAX_PLATFORMS="", XLA_FLAGS="--x"):
-    assert report.os.environ["JAX_PLATFORMS"] == "" and report.os.environ["XLA_FLAGS"] == "--x"
-  monkeypatch.delenv("REPORT_TEST_UNSET", raising=False)
-  with report.environ(REPORT_TEST_UNSET="1"):
-    pass
-  assert "REPORT_TEST_UNSET" not in report.os.environ
-
-
 def test_a_cpu_without_smoke_is_refused_in_one_line():
   done = subprocess.run([sys.executable, "-m", "experiments.accelerator_report"], cwd=REPO,
                         capture_output=True, text=True, check=False)
@@ -137,7 +127,7 @@ def test_a_cpu_without_smoke_is_refused_in_one_line():
   assert "Traceback" not in done.stderr
 
 
-def _fake_process(module, args, *, log=None, final=None):
+def _fake_process(module, args, *, log=None, final=None, env=None):
   """What the part's command writes, without running it."""
   flags = dict(a[2:].split("=", 1) for a in args)
   if module == "attention_lab.main":
@@ -209,7 +199,7 @@ def test_a_second_command_resumes_the_report(tmp_path, monkeypatch):
   def fake(module, args, **kwargs):
     run = _fake_process(module, args, **kwargs)
     flags = dict(a[2:].split("=", 1) for a in args)
-    calls.append(flags)
+    calls.append({**flags, "env": kwargs["env"]})
     if "networks" in flags.get("config", ""):
       tables = pathlib.Path(flags["config.out_dir"])
       resumed = flags["config.resume"] == "True"
@@ -230,9 +220,11 @@ def test_a_second_command_resumes_the_report(tmp_path, monkeypatch):
   assert "### Goals ([networks](tables/networks.md))" in text and "- ResNet-50: met" in text
   calls.clear()
   parts = report.plan(tmp_path, smoke=True, resume=True)[:6]
-  second = report.report(env, tmp_path, parts, smoke=True, resume=True)
+  second = report.report(env, tmp_path, parts, smoke=True, resume=True, networks_budget_s=100)
   assert [c["config"].split("/")[-1] for c in calls] == ["networks.py:tiny"]
   assert calls[0]["config.resume"] == "True"
+  assert calls[0]["env"] == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # torch shares the GPU
+  assert float(calls[0]["config.budget_s"]) == 100 - report.BUDGETED["networks"]
   assert [s.get("earlier", False) for s in second] == [True] * 5 + [False]
   assert not second[-1].get("incomplete")
   assert "| sao_table2 | 1 | ok (earlier command) |" in (tmp_path / "README.md").read_text()
