@@ -278,6 +278,20 @@ def trace_seconds(compiled, args, calls: int) -> list[float]:
 
 
 DEVICE_SECONDS = {"cupti": cupti_seconds, "trace": trace_seconds}
+FALLBACKS = []  # programs this process timed otherwise than `timing()` says, and why
+
+
+def device_seconds(name: str, compiled, args, calls: int) -> tuple[list[float], str]:
+  """(seconds of each of `calls` calls, method) by `timing()`'s method; a program that
+  method fails on (CUPTI's kernel sequences differing between calls, say) is timed by the
+  trace, else by wall, and listed in FALLBACKS."""
+  methods = dict.fromkeys((timing()["method"], "trace"))
+  for method in methods:
+    try:
+      return DEVICE_SECONDS[method](compiled, args, calls), method
+    except Exception as e:  # pylint: disable=broad-except  # recorded; the next method runs
+      FALLBACKS.append(f"{name}: {method} failed ({_why(e)})")
+  return _wall({name: (compiled, args)}, calls, 0.0, 1)[name]["samples"], "wall"
 
 
 def _why(e: Exception) -> str:
@@ -363,9 +377,9 @@ def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
   times = _wall({n: p for n, p in programs.items() if n not in on_device}, repeats,
                 min_sample_s, warmup)
   for name in on_device:
-    samples = DEVICE_SECONDS[method](*programs[name], max(1, repeats))
+    samples, used = device_seconds(name, *programs[name], max(1, repeats))
     times[name] = {"time_s": statistics.median(samples), "samples": samples, "inner": 1,
-                   "method": method}
+                   "method": used}
   return {name: times[name] for name in programs}
 
 
@@ -418,7 +432,7 @@ def calibration(preset: str = "") -> dict:
   t = time_side_by_side(programs, CALIBRATION_REPEATS, 0.0)
   rows = calibration_rows(t["pass"]["time_s"], elements, t["matmul"]["time_s"], side,
                           jax.devices()[0].device_kind)
-  return {"timing": timing(), "rows": rows}
+  return {"timing": timing(), "rows": rows, "fallbacks": list(FALLBACKS)}
 
 
 def timing_lines(calibrated: dict | None) -> list:
@@ -434,7 +448,8 @@ def timing_lines(calibrated: dict | None) -> list:
         "Calls run back to back: caches warm.")
   return ["", "## Timing and calibration", "",
           f"Times are {METHODS[t['method']]}" + (f" ({t['why']})" if t["why"] else "")
-          + f". {l2}", "",
+          + f". {l2}", *(["", "Timed otherwise: " + "; ".join(calibrated["fallbacks"]) + "."]
+                          if calibrated.get("fallbacks") else []), "",
           "Calibration, timed the same way (shows whether the timing reaches the hardware):",
           ""] + md_table({
               "program": lambda r: r["program"], "size": lambda r: r["size"],

@@ -116,6 +116,27 @@ def test_timing_method_by_platform_and_forced(monkeypatch):
     measure.timing.cache_clear()
 
 
+def test_a_program_the_method_fails_on_is_timed_otherwise_and_listed(monkeypatch):
+  def fails(compiled, args, calls):
+    raise RuntimeError("Kernel names are not consistent across iterations")
+
+  try:
+    _no_timing_cache(monkeypatch, "trace")
+    monkeypatch.setitem(measure.DEVICE_SECONDS, "trace", fails)
+    monkeypatch.setattr(measure, "FALLBACKS", [])
+    x = jnp.ones((8,))
+    times = measure.time_side_by_side({"f": (jax.jit(lambda x: x - 1).lower(x).compile(),
+                                             (x,))}, 3)
+    assert times["f"]["method"] == "wall" and len(times["f"]["samples"]) == 3
+    assert measure.FALLBACKS == ["f: trace failed (RuntimeError: Kernel names are not "
+                                 "consistent across iterations)"]
+    text = "\n".join(measure.timing_lines({"timing": measure.timing(), "rows": [],
+                                           "fallbacks": measure.FALLBACKS}))
+    assert "Timed otherwise: f: trace failed" in text
+  finally:
+    measure.timing.cache_clear()
+
+
 def test_cupti_is_probed_and_its_absence_is_one_line():
   # No CUDA here: mosaic's CUPTI profiler refuses; the fallback says why.
   why = measure._probe("cupti")  # pylint: disable=protected-access
