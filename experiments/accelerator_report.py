@@ -258,6 +258,7 @@ def environment() -> dict:
           "device_count": jax.device_count(), "process_count": jax.process_count(),
           "compute_capability": getattr(d, "compute_capability", None),
           "peak_flops": peak_entry(d.device_kind), "host": measure.machine_line(),
+          "commit": measure.commit(),
           "versions": found, "untested": untested(found),
           "jax_environment": jax.print_environment_info(True)}
 

@@ -158,6 +158,7 @@ def test_a_report_writes_the_summary_tables_and_run_speed(tmp_path, monkeypatch)
   monkeypatch.setattr(runs, "run_module", _fake_process)
   env = report.environment()
   assert env["platform"] == "cpu" and env["versions"]["jax"] and "no MFU" in env["peak_flops"]
+  assert env["commit"] == report.measure.commit()  # the commit the report was measured at
   parts = [p for p in report.plan(tmp_path, smoke=True) if p.name in ("aa_table9", "default")]
   statuses = report.report(env, tmp_path, parts, smoke=True)
   assert [s["state"] for s in statuses] == ["ok", "ok"]
