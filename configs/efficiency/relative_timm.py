@@ -52,7 +52,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "warm-up, ours by the method of 'Timing and calibration' below, timm's by wall time (its "
       "CUDA queue waited for, so its launches count). Speed-up = timm / ours. Kernels: XLA "
       "kernels of the entry and loop bodies (a loop body once); logits passes: those writing "
-      "at least one query row's logits (B·H·Y·XY elements); XLA bytes: cost_analysis 'bytes accessed' (a loop body once).")
+      "at least one query row's logits (B·H·Y·XY elements); XLA bytes: cost_analysis 'bytes "
+      "accessed' (a loop body once).")
   if preset == "tiny":
     config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.sides = (6, 8)
