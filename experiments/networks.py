@@ -93,6 +93,8 @@ def measure_torch(entry, config, compile_model: bool, why_eager: str = "") -> di
   import torch  # pylint: disable=g-import-not-at-top
   from torch.utils import flop_counter  # pylint: disable=g-import-not-at-top
   device = "cuda" if torch.cuda.is_available() else "cpu"
+  if config.torch_threads:
+    torch.set_num_threads(config.torch_threads)
   size, batch = entry.get("image_size", config.image_size), entry["batch"]
   model = _torch_model(entry, config, device)
   opt = torch.optim.SGD(model.parameters(), lr=config.learning_rate, momentum=0.9)
@@ -117,15 +119,20 @@ def measure_torch(entry, config, compile_model: bool, why_eager: str = "") -> di
     torch.cuda.reset_peak_memory_stats()
   try:
     step = step_of(torch.compile(model) if compile_model else model)
-    _, warm, step_s = _run_steps(step, None, config.warmup, config.steps, finish)
+    step_s = _run_steps(step, None, config.warmup, config.steps, finish)[2]
     mode = "torch.compile" if compile_model else mode
   except Exception as e:  # pylint: disable=broad-except  # the compiler's failure: eager
     mode = f"eager (torch.compile failed: {type(e).__name__})"
-    _, warm, step_s = _run_steps(step_of(model), None, config.warmup, config.steps, finish)
+    step = step_of(model)
+    step_s = _run_steps(step, None, config.warmup, config.steps, finish)[2]
+  memory = torch.cuda.max_memory_allocated() if device == "cuda" else None
+  del model, opt, x, y, step
+  torch._dynamo.reset()  # pylint: disable=protected-access  # frees the compiled graphs
+  if device == "cuda":
+    torch.cuda.empty_cache()  # JAX allocates after this, in the same GPU
   return dict(compile_s=time.perf_counter() - start - step_s * config.steps, step_s=step_s,
               flops=float(counter.get_total_flops()), mode=mode, xla_flops=None,
-              xla_bytes=None, memory_source=TORCH_DEVICE_NOTE,
-              memory_bytes=torch.cuda.max_memory_allocated() if device == "cuda" else None)
+              xla_bytes=None, memory_source=TORCH_DEVICE_NOTE, memory_bytes=memory)
 
 
 def torch_missing() -> str | None:

@@ -9,7 +9,8 @@ ResNet-50 with PyTorch AMP on one H100 SXM); each attention network's step-time 
 its plain backbone no higher than timm's BoTNet / HaloNet over their ResNet-26t.
 Hardware/runtime: a GPU or TPU; entries in order of value within `budget_s` (the accelerator
 report gives it what is left of its budget): ~60-90 s each on an H100, most of it compiling.
-`:tiny` (CPU, seconds each): tiny widths at 32² (PyTorch eager at 64²).
+`:tiny` (CPU, seconds each): ResNet-50 at width 1/8, the digits model with and without SAO and
+timm's models eager, at 32².
 """
 
 import ml_collections
@@ -33,6 +34,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.budget_s = 0.0  # 0: every entry; else those whose scaled estimate still fits
   config.resume = False  # keep the saved JSON's rows; measure only the missing entries
   config.torch_compile = True  # for the entries with compile=True (else eager, labelled)
+  config.torch_threads = 0  # PyTorch's host threads (0: its default)
   config.out_dir = ""
   config.render_only = False
   config.resnet50_pair = ("ResNet-50", "timm resnet50")
@@ -76,17 +78,19 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.image_size = 32
     config.warmup = 1
     config.steps = 2
-    small = {"width": 0.125}
+    cnn = {"width": 4, "in_channels": 3}  # the digits model: SAO over its plain form, cheaply
     config.entries = (
-        _entry("ResNet-50", "jax", "resnet50", 2, 30, overrides=small),
+        _entry("ResNet-50", "jax", "resnet50", 2, 30, overrides={"width": 0.125}),
         _entry("timm resnet50", "torch", "resnet50", 2, 10),
-        _entry("MobileNetV2", "jax", "mobilenet_v2", 2, 20, overrides=small),
-        _entry("SANet", "jax", "sanet", 2, 25, baseline="MobileNetV2", overrides=small),
-        _entry("timm resnet26t", "torch", "resnet26t", 2, 10, image_size=64, compile=False),
-        _entry("timm botnet26t", "torch", "botnet26t_256", 2, 10, image_size=64, img_size=True,
-               compile=False, baseline="timm resnet26t"),
+        _entry("CNN", "jax", "attention_cnn", 2, 5, overrides={**cnn, "attention": "none"}),
+        _entry("CNN + SAO", "jax", "attention_cnn", 2, 5, baseline="CNN",
+               overrides={**cnn, "attention": "siamese"}),
+        _entry("timm resnet26t", "torch", "resnet26t", 2, 5, compile=False),
+        _entry("timm botnet26t", "torch", "botnet26t_256", 2, 5, img_size=True, compile=False,
+               baseline="timm resnet26t"),
     )
     config.torch_compile = False  # eager on the CPU (torch.compile needs minutes there)
+    config.torch_threads = 1  # more OpenMP threads than free cores spin-wait on a busy host
   elif preset:
     raise ValueError(f"unknown preset {preset!r} for networks; expected 'tiny'")
   return config
