@@ -381,7 +381,7 @@ def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: 
       f"({env['platform']}, compute capability {env['compute_capability'] or '—'}), "
       f"{env['process_count']} process(es); host {env['host']}. Libraries: {libraries}. "
       f"MFU's peak: {env['peak_flops']}. Command: `PYTHONPATH=. python -m "
-      f"experiments.accelerator_report --budget_s={budget_s:g}{' --smoke' if smoke else ''}`.",
+      f"experiments.accelerator_report {env.get('arguments', '')}`.",
       "", *(f"- {line}" for line in env["untested"]), *([""] if env["untested"] else []),
       "```", env["jax_environment"].strip(), "```", "", *_parts_lines(statuses, out, budget_s),
       "", "## Measured here", *_section(out / "tables" / "sao_table2.md",
@@ -588,7 +588,7 @@ def main(argv):
   if jax.default_backend() == "cpu" and not _SMOKE.value:
     cli.fail("no GPU or TPU here (jax backend 'cpu'); --smoke checks the command at tiny "
              "size on the CPU")
-  env = environment()
+  env = {**environment(), "arguments": " ".join(sys.argv[1:])}
   for line in env["untested"]:
     print(line, flush=True)
   out = pathlib.Path(_OUT.value or measure.RESULTS / device_slug(env["platform"],
