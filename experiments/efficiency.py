@@ -54,7 +54,7 @@ def main(argv):
   result["config"] = config.to_dict()
   machine = measure.machine_line(result["machine"])
   text = module.markdown(config, result, machine)
-  text += "\n".join(measure.timing_lines(result.get("calibration"))) + "\n"
+  text += "".join(line + "\n" for line in measure.timing_lines(result.get("calibration")))
   link = module.plot(config, result, out_dir / f"{stem}.png", machine)
   if link:
     text += "\n" + link + "\n"
