@@ -272,8 +272,8 @@ def run_part(part: Part, out: pathlib.Path, seconds_left: float, cap_s: float = 
             "log": str(log.relative_to(out))}
   overrides = list(part.overrides)
   if part.name in BUDGETED:
-    given = min(seconds_left, cap_s or seconds_left) - BUDGETED[part.name]
-    overrides.append(f"--config.budget_s={max(given, 1.0):.0f}")
+    seconds_left = min(seconds_left, cap_s or seconds_left)
+    overrides.append(f"--config.budget_s={max(seconds_left - BUDGETED[part.name], 1.0):.0f}")
   start, env = time.perf_counter(), PART_ENV.get(part.name, {})
   try:
     with deadline(seconds_left):
