@@ -66,15 +66,13 @@ def out_dir_of(config) -> pathlib.Path:
 
 
 def write(out: pathlib.Path, stem: str, result, text: str) -> str:
-  """Writes <stem>.json (unless result is None) with the commit measured at (`commit`; a list
-  becomes {"rows": list, "commit"}) and <stem>.md: text, then the replaced md's notes (from
-  the `NOTES` line on). Returns the markdown written."""
+  """Writes <stem>.json (unless result is None; a dict gains the commit measured at,
+  `commit`) and <stem>.md: text, then the replaced md's notes (from the `NOTES` line on).
+  Returns the markdown written."""
   md = out / f"{stem}.md"
   old = md.read_text() if md.exists() else ""
   if NOTES in old:
     text = text.rstrip("\n") + "\n\n" + old[old.index(NOTES):]
-  if isinstance(result, list):
-    result = {"rows": result}
   if isinstance(result, dict):
     result = {**result, "commit": result.get("commit") or commit()}
   if result is not None:
