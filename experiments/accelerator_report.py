@@ -1,28 +1,32 @@
-"""One command for an accelerator: the efficiency tables, the relative-attention comparison,
-a speed run of each default experiment and, with --tests, the operator tests, on the GPU or
-TPU present, within a time budget. Runs from the source tree without TensorFlow:
+"""One command for an accelerator: the efficiency tables in device time, whole networks beside
+PyTorch, a speed run of each default experiment and, with --tests, the operator tests, on the
+GPU or TPU present, within a time budget. Runs from the source tree without TensorFlow:
 
-  PYTHONPATH=. python -m experiments.accelerator_report [--budget_s=420]
-      [--archive=PATH.tar.gz] [--tests] [--out=DIR] [--smoke] [--parts=NAME,...]
+  PYTHONPATH=. python -m experiments.accelerator_report [--budget_s=420] [--tests]
+      [--resume] [--networks_budget_s=S] [--archive=PATH.tar.gz] [--out=DIR] [--smoke]
+      [--parts=NAME,...]
   PYTHONPATH=. python -m experiments.accelerator_report --check   # preflight, < 60 s
 
-Parts, most valuable first (`plan`): 1. the environment and the default experiment's speed
-run (examples/s, TFLOP/s, MFU); 2. SAO Table 2 and KAO Table 1 in float32 and bfloat16 (the
-cuDNN flash row needs 16 bits) and Ham Table 3; 3. SAO Table 5 in float32 and bfloat16; 4.
-relative attention against timm; 5. the rest (ISA, AA Table 9, the performance goals, the
-other four experiments); 6. with --tests, `pytest tests/ops` on the device (over up to 8
-processes where pytest-xdist is installed). The speed runs
-train on device-resident random batches (`--config.dataset.synthetic=True`): the step alone;
-the input pipeline's rate is a CPU measure of its own (attention_lab.data.throughput).
+Parts, most valuable first (`plan`): 1. SAO Table 2 and KAO Table 1 in float32 and bfloat16
+(device time, the calibration rows, the cuDNN flash row in 16 bits); 2. the default
+experiment's speed run and the whole networks (ResNet-50 and timm's first, then AA-ResNet-50,
+then the others, within what is left of the budget: experiments/networks.py); 3. with
+--tests, `pytest tests/ops` on the device (over up to 8 processes where pytest-xdist is
+installed); 4. the rest (Ham Table 3, SAO Table 5, relative attention against timm, ISA, AA
+Table 9, the performance goals, the other four experiments). The speed runs train on
+device-resident random batches (`--config.dataset.synthetic=True`): the step alone.
 
 Budget: a part whose estimate (`EXPECTED_S`, scaled by how the finished parts compared with
 theirs) does not fit in the time left is listed as not run with that estimate; a running part
-is stopped at the budget's end. Each part is its own process (experiments/runs.py; a failure
-stops only its part) and the summary is rewritten as each finishes: under
-experiments/results/<device kind>/ (or --out) README.md (device, versions, each part's status
-and links, the runs' speed), environment.json, report.json, tables/, relative/, runs/, logs/;
---archive packs that folder into one .tar.gz. --smoke: every part at its `:tiny` preset, on any
-device.
+is stopped at the budget's end; the networks part is given what is left and stops in time
+itself. Each part is its own process (experiments/runs.py; a failure stops only its part) and
+the summary is rewritten as each finishes: under experiments/results/<device kind>/ (or --out)
+README.md (device, versions, each part's status and links, calibration, networks, the runs'
+speed), environment.json, report.json, tables/, relative/, runs/, logs/. A report starts
+afresh (removing those files of an earlier one) unless --resume: then the parts already done
+are kept and the others run, the networks part measuring only the networks it lacks; so one
+report can span two commands. --archive packs the folder into one .tar.gz. --smoke: every
+part at its `:tiny` preset, on any device.
 """
 
 import collections
@@ -37,6 +41,7 @@ import os
 import pathlib
 import platform
 import re
+import shutil
 import signal
 import sys
 import tarfile
@@ -54,8 +59,12 @@ _PARTS = flags.DEFINE_list("parts", [], "Only these parts (names as in the summa
 _BUDGET = flags.DEFINE_float("budget_s", 420.0, "Seconds for the whole report; parts that "
                              "would not fit are listed as not run.")
 _ARCHIVE = flags.DEFINE_string("archive", "", "Also pack the output folder into this .tar.gz.")
-_TESTS = flags.DEFINE_bool("tests", False, "Also run `pytest tests/ops` on the device (the "
-                           "last part).")
+_TESTS = flags.DEFINE_bool("tests", False, "Also run `pytest tests/ops` on the device (after "
+                           "the networks).")
+_NETWORKS_S = flags.DEFINE_float("networks_budget_s", 0.0, "At most these seconds for the "
+                                 "networks part (0: all that is left of the budget).")
+_RESUME = flags.DEFINE_bool("resume", False, "Keep the parts an earlier report in --out "
+                            "finished; run the others (and the networks it lacks).")
 _CHECK = flags.DEFINE_bool("check", False, "Preflight only: versions, device, MFU peak, a tiny "
                            "jit, a cuDNN attention call, and which parts can run.")
 
@@ -71,18 +80,31 @@ SYNTHETIC = "--config.dataset.synthetic=True"  # device-resident random batches:
 PERF = ("examples_per_second", "examples_per_second_per_device", "step_seconds",
         "tflops_per_device", "mfu")
 # Expected seconds of each part, process start included: (on a GPU / TPU, with --smoke). The
-# smoke column is measured on a shared 2-core CPU; the accelerator column on one H100
-# (experiments/results/nvidia_h100_80gb_hbm3/report.json) for the parts that ran there, an
-# estimate for the others (tests: 617 XLA compiles over 8 processes, where 3,355 eager ones in
-# one process ran past 357 s on the H100).
+# smoke column is measured on a shared 2-core CPU. The accelerator column: one H100's
+# (experiments/results/nvidia_h100_80gb_hbm3/report.json: default 8 s; the operator tables
+# 39-50 s with wall timing's 50 ms samples, which device time no longer takes, plus ~5 s of
+# calibration); the networks part: its first two entries (ResNet-50 and timm's, compiles
+# included: configs/efficiency/networks.py), the rest fill what is left; tests: 617 XLA
+# compiles over 8 processes (3,355 eager ones in one process ran past 357 s); the others
+# estimates.
 EXPECTED_S = {
-    "default": (20, 20), "tests": (120, 60),
-    "sao_table2": (50, 10), "sao_table2_bfloat16": (50, 10), "kao_table1": (45, 12),
-    "kao_table1_bfloat16": (45, 12), "ham_table3": (100, 19),
-    "sao_table5": (90, 45), "sao_table5_bfloat16": (80, 45),
-    "relative_timm": (60, 11),
-    "isa_tables": (60, 40), "aa_table9": (30, 13), "performance_goals": (45, 29),
-    "segmentation": (60, 45), "restoration": (60, 40), "gan": (90, 60), "detection": (90, 55)}
+    "sao_table2": (40, 12), "sao_table2_bfloat16": (40, 12), "kao_table1": (35, 14),
+    "kao_table1_bfloat16": (35, 14), "default": (20, 20), "networks": (180, 60),
+    "tests": (120, 60), "ham_table3": (90, 19), "sao_table5": (90, 45),
+    "sao_table5_bfloat16": (80, 45), "relative_timm": (60, 11), "isa_tables": (60, 40),
+    "aa_table9": (30, 13), "performance_goals": (45, 29), "segmentation": (60, 45),
+    "restoration": (60, 40), "gan": (90, 60), "detection": (90, 55)}
+# Parts given what is left of the budget (`--config.budget_s`), less this margin for their
+# process start and calibration.
+BUDGETED = {"networks": 30.0}
+# Environment of a part: torch shares the GPU with JAX in the relative and networks parts, and
+# the test processes share it in the tests part, so JAX allocates as it goes; the tests run on
+# the device (tests/conftest.py picks the CPU unless JAX_PLATFORMS is set).
+PART_ENV = {"relative_timm": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+            "networks": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+            "tests": {"JAX_PLATFORMS": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
+# What a fresh report removes of an earlier one in its folder.
+OUTPUTS = ("README.md", "report.json", "environment.json", "tables", "relative", "runs", "logs")
 TEST_WORKERS = 8  # pytest processes sharing the device in the tests part
 RESERVE_S = 5.0  # kept at the budget's end for the summary and the archive
 SCALE_LIMITS = (0.5, 4.0)  # how far measured / expected may rescale the estimates
@@ -100,7 +122,8 @@ NEEDS = {"nets": ("attention_lab.train.tasks.base",), "detection": ("pycocotools
 Part = collections.namedtuple("Part", "name kind module config overrides tier")
 
 
-def plan(out: pathlib.Path, smoke: bool, tests: bool = False) -> list[Part]:
+def plan(out: pathlib.Path, smoke: bool, tests: bool = False, resume: bool = False
+         ) -> list[Part]:
   """Every part, most valuable first (the goals table reads SAO / KAO's json, the GAN's FID
   the default run's classifier); a table's part is named as its files: <table>[_bfloat16]."""
   tiny, bf16 = (":tiny" if smoke else ""), "--config.dtype=bfloat16"
@@ -122,17 +145,17 @@ def plan(out: pathlib.Path, smoke: bool, tests: bool = False) -> list[Part]:
     return Part(name, "run", "attention_lab.main", f"{config}{tiny}", tuple(overrides), tier)
 
   return [
-      run("default", 1),
-      table("sao_table2", 2), table("sao_table2", 2, bf16), table("kao_table1", 2),
-      table("kao_table1", 2, bf16), table("ham_table3", 2),
-      table("sao_table5", 3, *paper_batch), table("sao_table5", 3, bf16, *paper_batch),
+      table("sao_table2", 1), table("sao_table2", 1, bf16), table("kao_table1", 1),
+      table("kao_table1", 1, bf16),
+      run("default", 2), table("networks", 2, f"--config.resume={resume}"),
+      *([Part("tests", "tests", "pytest", "", test_arguments(), 3)] if tests else []),
+      table("ham_table3", 4),
+      table("sao_table5", 4, *paper_batch), table("sao_table5", 4, bf16, *paper_batch),
       Part("relative_timm", "relative", "experiments.relative_timm",
            f"configs/efficiency/relative_timm.py{tiny}", (f"--config.out_dir={out / 'relative'}",),
            4),
-      table("isa_tables", 5), table("aa_table9", 5), table("performance_goals", 5),
-      *(run(name, 5) for name in ("segmentation", "restoration", "gan", "detection")),
-      # Last: the tables and runs are the report's figures; the tests its proof of numerics.
-      *([Part("tests", "tests", "pytest", "", test_arguments(), 6)] if tests else [])]
+      table("isa_tables", 4), table("aa_table9", 4), table("performance_goals", 4),
+      *(run(name, 4) for name in ("segmentation", "restoration", "gan", "detection"))]
 
 
 def test_arguments(workers: int = TEST_WORKERS) -> tuple[str, ...]:
@@ -193,21 +216,6 @@ def deadline(seconds: float):
     signal.signal(signal.SIGALRM, previous)
 
 
-@contextlib.contextmanager
-def environ(**values):
-  """os.environ with `values` set (inherited by the parts' processes), restored after."""
-  saved = {k: os.environ.get(k) for k in values}
-  os.environ.update(values)
-  try:
-    yield
-  finally:
-    for k, v in saved.items():
-      if v is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = v
-
-
 def device_slug(platform_name: str, device_kind: str) -> str:
   """A folder name for a device kind: 'NVIDIA H100 80GB HBM3' -> 'nvidia_h100_80gb_hbm3'."""
   return re.sub(r"[^a-z0-9]+", "_", device_kind.lower()).strip("_") or platform_name
@@ -250,31 +258,32 @@ def environment() -> dict:
           "device_count": jax.device_count(), "process_count": jax.process_count(),
           "compute_capability": getattr(d, "compute_capability", None),
           "peak_flops": peak_entry(d.device_kind), "host": measure.machine_line(),
+          "commit": measure.commit(),
           "versions": found, "untested": untested(found),
           "jax_environment": jax.print_environment_info(True)}
 
 
-def run_part(part: Part, out: pathlib.Path, seconds_left: float) -> dict:
+def run_part(part: Part, out: pathlib.Path, seconds_left: float, cap_s: float = 0.0) -> dict:
   """Runs one part (its output to logs/<name>.log), stopped after `seconds_left`; a run trains
-  in a fresh runs/<name>/, its speed from its final JSON."""
+  in a fresh runs/<name>/, its speed from its final JSON; a BUDGETED part is given the time
+  left (at most `cap_s`, if set)."""
   log, workdir = out / "logs" / f"{part.name}.log", out / "runs" / part.name
   status = {"name": part.name, "kind": part.kind, "tier": part.tier,
             "log": str(log.relative_to(out))}
-  # torch shares the GPU in the relative part, and the test processes share it in the tests
-  # part: JAX allocates as it goes. The tests run on the device (tests/conftest.py picks the
-  # CPU unless JAX_PLATFORMS is set).
-  env = {"relative": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
-         "tests": {"JAX_PLATFORMS": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-         }.get(part.kind, {})
-  start = time.perf_counter()
+  overrides = list(part.overrides)
+  if part.name in BUDGETED:
+    seconds_left = min(seconds_left, cap_s or seconds_left)
+    overrides.append(f"--config.budget_s={max(seconds_left - BUDGETED[part.name], 1.0):.0f}")
+  start, env = time.perf_counter(), PART_ENV.get(part.name, {})
   try:
-    with environ(**env), deadline(seconds_left):
+    with deadline(seconds_left):
       if part.kind == "run":
-        run = runs.train(part.config, part.overrides, workdir=workdir, log=log)
+        run = runs.train(part.config, overrides, workdir=workdir, log=log, env=env)
       elif part.kind == "tests":
-        run = runs.run_module(part.module, part.overrides, log=log)
+        run = runs.run_module(part.module, overrides, log=log, env=env)
       else:
-        run = runs.run_module(part.module, [f"--config={part.config}", *part.overrides], log=log)
+        run = runs.run_module(part.module, [f"--config={part.config}", *overrides], log=log,
+                              env=env)
   except OverBudget:
     status.update(state="stopped", seconds=time.perf_counter() - start, returncode=None,
                   error=f"stopped at the budget's end after {time.perf_counter() - start:.0f} s")
@@ -288,6 +297,12 @@ def run_part(part: Part, out: pathlib.Path, seconds_left: float) -> dict:
   if part.kind == "tests":  # pytest's last line: "N passed, M failed in S s"
     status["summary"] = next((l.strip("= ") for l in reversed(run.output.splitlines())
                               if l.strip()), "")
+  saved = out / "tables" / f"{part.name}.json"
+  if part.kind == "table" and saved.exists():  # a budgeted part left some entries out
+    not_run = json.loads(saved.read_text()).get("not_run") or []
+    if not_run:
+      status.update(incomplete=True, summary=f"{len(not_run)} not run within the budget: "
+                    + ", ".join(n["label"] for n in not_run))
   if part.kind == "run":
     saved = workdir / "config.json"  # the run's own record of its config
     config = json.loads(saved.read_text()) if saved.exists() else {}
@@ -312,36 +327,40 @@ def _results_links(s: dict, out: pathlib.Path) -> str:
   return ", ".join(links) or "—"
 
 
-def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: bool,
-                     budget_s: float) -> str:
-  f = lambda v, spec=".3g": "—" if v is None else format(v, spec)  # pylint: disable=C3001
-  found = env["versions"]
-  libraries = ", ".join(f"{k} {v}" for k, v in found.items())
-  lines = [
-      f"# Accelerator report: {env['device_kind']}", "",
-      ("Smoke run (every part at its `:tiny` preset; the numbers mean nothing)" if smoke
-       else "Measured") + f" on {env['date']}: {env['device_count']} × {env['device_kind']} "
-      f"({env['platform']}, compute capability {env['compute_capability'] or '—'}), "
-      f"{env['process_count']} process(es); host {env['host']}. Libraries: {libraries}. "
-      f"MFU's peak: {env['peak_flops']}. Command: `PYTHONPATH=. python -m "
-      f"experiments.accelerator_report --budget_s={budget_s:g}{' --smoke' if smoke else ''}`.",
-      "", *(f"- {line}" for line in env["untested"]), *([""] if env["untested"] else []),
-      "```", env["jax_environment"].strip(), "```", "", "## Parts", "",
-      f"In order of value (priority 1 first) within a budget of {budget_s:g} s; a part whose "
-      "estimate did not fit in the time left is not run.", "",
-      "| part | priority | status | seconds | results |", "|---|---|---|---|---|"]
+def _parts_lines(statuses: list[dict], out: pathlib.Path, budget_s: float) -> list[str]:
+  lines = ["## Parts", "",
+           f"In order of value (priority 1 first) within a budget of {budget_s:g} s; a part whose "
+           "estimate did not fit in the time left is not run.", "",
+           "| part | priority | status | seconds | results |", "|---|---|---|---|---|"]
   for s in statuses:
     state = {"ok": "ok", "not run": "not run", "stopped": "**stopped**"}.get(
         s["state"], f"**failed** (exit {s['returncode']})")
+    state += " (earlier command)" if s.get("earlier") else ""
     detail = (s.get("summary") or (s["error"] if s["state"] != "ok" else "")).replace("|", "\\|")
     lines.append(f"| {s['name']} | {s['tier']} | {state}{f': `{detail}`' if detail else ''} | "
                  f"{s['seconds']:.1f} | {_results_links(s, out)} |")
-  lines += ["", "## Default experiments at accelerator size", "",
-            "Train step alone (`--config.dataset.synthetic=True`: device-resident random "
-            "batches). Medians over the run's log steps of its `perf/` scalars (compilation "
-            "excluded); MFU where the device's peak is known (none on a CPU).", "",
-            "| experiment | global batch | steps | examples/s | examples/s per device | step ms | "
-            "TFLOP/s per device | MFU % |", "|---|---|---|---|---|---|---|---|"]
+  return lines
+
+
+def _section(md: pathlib.Path, title: str) -> list[str]:
+  """The lines of `md`'s section `## title` (to the next `## `), headed one level lower and
+  its links made relative to the report's folder; [] where there is none."""
+  lines = md.read_text().splitlines() if md.exists() else []
+  if f"## {title}" not in lines:
+    return []
+  body = lines[lines.index(f"## {title}") + 1:]
+  body = body[:next((i for i, l in enumerate(body) if l.startswith("## ")), len(body))]
+  return ["", f"### {title} ([{md.stem}](tables/{md.name}))", *body]
+
+
+def _runs_lines(statuses: list[dict]) -> list[str]:
+  f = lambda v, spec=".3g": "—" if v is None else format(v, spec)  # pylint: disable=C3001
+  lines = ["", "## Default experiments at accelerator size", "",
+           "Train step alone (`--config.dataset.synthetic=True`: device-resident random "
+           "batches). Medians over the run's log steps of its `perf/` scalars (compilation "
+           "excluded); MFU where the device's peak is known (none on a CPU).", "",
+           "| experiment | global batch | steps | examples/s | examples/s per device | step ms | "
+           "TFLOP/s per device | MFU % |", "|---|---|---|---|---|---|---|---|"]
   for s in (s for s in statuses if "speed" in s):
     r = s["speed"]
     lines.append(f"| {s['name']} | {r['batch'] or '—'} | {r['steps'] or '—'} | "
@@ -349,6 +368,25 @@ def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: 
                  f"{f(r['examples_per_second_per_device'], '.1f')} | "
                  f"{f(r['step_seconds'] and 1e3 * r['step_seconds'], '.2f')} | "
                  f"{f(r['tflops_per_device'])} | {f(r['mfu'] and 100 * r['mfu'], '.1f')} |")
+  return lines
+
+
+def summary_markdown(env: dict, statuses: list[dict], out: pathlib.Path, smoke: bool,
+                     budget_s: float) -> str:
+  libraries = ", ".join(f"{k} {v}" for k, v in env["versions"].items())
+  lines = [
+      f"# Accelerator report: {env['device_kind']}", "",
+      ("Smoke run (every part at its `:tiny` preset; the numbers mean nothing)" if smoke
+       else "Measured") + f" on {env['date']}: {env['device_count']} × {env['device_kind']} "
+      f"({env['platform']}, compute capability {env['compute_capability'] or '—'}), "
+      f"{env['process_count']} process(es); host {env['host']}. Libraries: {libraries}. "
+      f"MFU's peak: {env['peak_flops']}. Command: `PYTHONPATH=. python -m "
+      f"experiments.accelerator_report {env.get('arguments', '')}`.",
+      "", *(f"- {line}" for line in env["untested"]), *([""] if env["untested"] else []),
+      "```", env["jax_environment"].strip(), "```", "", *_parts_lines(statuses, out, budget_s),
+      "", "## Measured here", *_section(out / "tables" / "sao_table2.md",
+                                        "Timing and calibration"),
+      *_section(out / "tables" / "networks.md", "Goals"), *_runs_lines(statuses)]
   fused = [f"[{p.stem}](tables/{p.stem}.md)" for p in sorted((out / "tables").glob("*.json"))
            if json.loads(p.read_text() or "{}").get("fused")]
   lines += ["", "Fused regular attention (cuDNN on a GPU, Pallas on a TPU), timed beside XLA's "
@@ -367,23 +405,50 @@ def write_summary(env, statuses, out, smoke, budget_s, start) -> None:
   (out / "README.md").write_text(summary_markdown(env, statuses, out, smoke, budget_s))
 
 
+def earlier_parts(out: pathlib.Path, resume: bool) -> dict:
+  """{name: status} of the parts an earlier report in `out` finished (ok and complete), where
+  `resume`; else the earlier report's files are removed (a report folder only: one with a
+  report.json) and nothing is kept."""
+  saved = out / "report.json"
+  if not saved.exists():
+    return {}
+  if resume:
+    return {s["name"]: {**s, "earlier": True} for s in json.loads(saved.read_text())["parts"]
+            if s["state"] == "ok" and not s.get("incomplete")}
+  for name in OUTPUTS:
+    path = out / name
+    if path.is_dir():
+      shutil.rmtree(path)
+    elif path.exists():
+      path.unlink()
+  return {}
+
+
 def report(env: dict, out: pathlib.Path, parts: list[Part], smoke: bool,
-           budget: Budget | None = None) -> list[dict]:
-  """Runs the parts in order while they fit in `budget` (default: unlimited); rewrites
-  report.json and README.md after each."""
+           budget: Budget | None = None, resume: bool = False,
+           networks_budget_s: float = 0.0) -> list[dict]:
+  """Runs the parts in order while they fit in `budget` (default: unlimited), after the ones
+  an earlier report finished where `resume`; rewrites report.json and README.md after each.
+  `networks_budget_s`: at most that for the networks part (0: what is left)."""
   budget = budget or Budget(float("inf"), smoke)
+  done = earlier_parts(out, resume)
   out.mkdir(parents=True, exist_ok=True)
   (out / "environment.json").write_text(json.dumps(env, indent=1, default=str))
   statuses = []
   write_summary(env, statuses, out, smoke, budget.seconds, budget.start)
   for part in parts:
-    if not budget.fits(part.name):
+    if part.name in done:
+      statuses.append(done[part.name])
+      print(f"[{part.name}] done by an earlier command", flush=True)
+    elif not budget.fits(part.name):
       statuses.append(not_run(part, budget.estimate(part.name), budget.left()))
       print(f"[{part.name}] not run: {statuses[-1]['error']}", flush=True)
     else:
       estimate = budget.estimate(part.name)
-      statuses.append({**run_part(part, out, budget.left() - RESERVE_S), "estimate_s": estimate})
-      if statuses[-1]["state"] == "ok":  # a failure's time says nothing of the others'
+      statuses.append({**run_part(part, out, budget.left() - RESERVE_S, networks_budget_s),
+                       "estimate_s": estimate})
+      # A failure's time says nothing of the others', nor a part given all that was left.
+      if statuses[-1]["state"] == "ok" and part.name not in BUDGETED:
         budget.done(part.name, statuses[-1]["seconds"])
     write_summary(env, statuses, out, smoke, budget.seconds, budget.start)
   counts = collections.Counter(s["state"] for s in statuses)
@@ -451,10 +516,10 @@ def can_run(part: Part) -> str:
   else:
     steps = (part.module,)
   why = _why_not(*steps)
-  if why or part.kind != "relative":
+  if why or part.name not in ("relative_timm", "networks"):
     return why or "ok"
   if timm := _why_not("torch", "timm"):
-    return f"ok, without the timm column ({timm})"
+    return f"ok, without PyTorch ({timm})"
   import torch  # pylint: disable=g-import-not-at-top
   where = "cuda" if torch.cuda.is_available() else "cpu"
   return f"ok, timm {importlib.metadata.version('timm')} with torch {torch.__version__} ({where})"
@@ -486,6 +551,8 @@ def check(smoke: bool, tests: bool) -> int:
   except Exception as e:  # pylint: disable=broad-except
     status = 1
     print(f"tiny jit: FAILED: {type(e).__name__}: {e}")
+  timing = measure.timing()  # probes CUPTI and the profiler trace on an accelerator
+  print(f"device time: {timing['method']}" + (f" ({timing['why']})" if timing["why"] else ""))
   try:
     t = time.perf_counter()
     q = jax.random.normal(jax.random.key(0), (2, 128, 4, 64), jnp.bfloat16)
@@ -510,8 +577,8 @@ def check(smoke: bool, tests: bool) -> int:
 
 def main(argv):
   if len(argv) > 1:
-    cli.fail(f"unexpected arguments {argv[1:]}; flags are --budget_s, --archive, --tests, "
-             "--check, --out, --smoke and --parts")
+    cli.fail(f"unexpected arguments {argv[1:]}; flags are --budget_s, --networks_budget_s, "
+             "--archive, --tests, --resume, --check, --out, --smoke and --parts")
   start = time.perf_counter()
   if _CHECK.value:
     sys.exit(check(_SMOKE.value, _TESTS.value))
@@ -521,17 +588,18 @@ def main(argv):
   if jax.default_backend() == "cpu" and not _SMOKE.value:
     cli.fail("no GPU or TPU here (jax backend 'cpu'); --smoke checks the command at tiny "
              "size on the CPU")
-  env = environment()
+  env = {**environment(), "arguments": " ".join(sys.argv[1:])}
   for line in env["untested"]:
     print(line, flush=True)
   out = pathlib.Path(_OUT.value or measure.RESULTS / device_slug(env["platform"],
                                                                  env["device_kind"])).resolve()
-  parts = plan(out, _SMOKE.value, _TESTS.value)
+  parts = plan(out, _SMOKE.value, _TESTS.value, _RESUME.value)
   if unknown := set(_PARTS.value) - {p.name for p in parts}:
     cli.fail(f"--parts has unknown names {sorted(unknown)}; expected some of "
              f"{[p.name for p in parts]}")
   parts = [p for p in parts if p.name in _PARTS.value or not _PARTS.value]
-  statuses = report(env, out, parts, _SMOKE.value, Budget(_BUDGET.value, _SMOKE.value, start))
+  statuses = report(env, out, parts, _SMOKE.value, Budget(_BUDGET.value, _SMOKE.value, start),
+                    _RESUME.value, _NETWORKS_S.value)
   if _ARCHIVE.value:
     archive(out, pathlib.Path(_ARCHIVE.value).resolve())
   sys.exit(1 if any(s["state"] in ("failed", "stopped") for s in statuses) else 0)

@@ -183,7 +183,7 @@ def main(argv):
     machine = measure.machine_line(measure.machine())
     json_path.write_text(json.dumps(
         {"rows": ordered, "classifier": classifier, "classifier_s": classifier_s,
-         "machine": machine, "note": _NOTE.value}, indent=1))
+         "machine": machine, "commit": measure.commit(), "note": _NOTE.value}, indent=1))
     md_path.write_text(markdown(ordered, machine, classifier, _NOTE.value) + analysis)
     generative.plot_history({r["variant"]: r["history"] for r in ordered},
                           str(RESULTS / "default_gan.png"))

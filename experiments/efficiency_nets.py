@@ -141,7 +141,7 @@ def markdown(config, result, machine: str) -> str:
   goal = result.get("goal") or {}
   if goal:
     lines += ["", f"Performance goal: {goal['what']}: measured {goal['ratio']:.3f}× — "
-              f"{'met' if goal['met'] else 'NOT met'}."]
+              f"{measure.verdict(goal['met'])}."]
   return "\n".join(lines) + "\n"
 
 

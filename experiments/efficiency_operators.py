@@ -127,8 +127,8 @@ ABOUT_OPERATORS = (
     "Input dtype {dtype}. MAdd: multiply-adds of the dot products per example (softmax, means "
     "and pooling are not multiply-adds); XLA flops: `cost_analysis()` of the whole batch. "
     "Memory: XLA `memory_analysis()` of the whole batch: temp = temporaries, total = "
-    "temporaries + arguments (the input) + outputs. Time: median of {repeats} samples after "
-    "warm-up, operators interleaved in one run. Ratios against Attn at the same size."
+    "temporaries + arguments (the input) + outputs. Time: median of {repeats} samples "
+    "(method: Timing and calibration, below). Ratios against Attn at the same size."
     " Paper columns: {paper_source}.")
 
 

@@ -84,7 +84,7 @@ def main(argv):
           f"| {r['temperature']:g} | {r['paper_miou_best']} ({r['paper_miou_mean']}) | "
           f"{r['hamburger_params']:,} | {r['reconstruction_error']:.3f} | "
           f"{r['code_entropy']:.2f} |" for r in rows]
-  print(measure.write(measure.RESULTS, "ham_table9", rows, "\n".join(lines) + "\n"))
+  print(measure.write(measure.RESULTS, "ham_table9", {"rows": rows}, "\n".join(lines) + "\n"))
   plot(rows, measure.RESULTS / "ham_table9.png")
 
 

@@ -1,15 +1,20 @@
-"""The one efficiency harness of experiments/: XLA accounting, MAdd, programs, interleaved
-timing, and the markdown / json output with the machine line. Defines no flags (tables import it)
-and imports no other module of experiments/.
+"""The one efficiency harness of experiments/: XLA accounting, MAdd, programs, their time on
+the device (CUPTI or a profiler trace on an accelerator, wall time on the CPU), the calibration
+rows, and the markdown / json output with the machine line and the commit. Defines no flags
+(tables import it) and imports no other module of experiments/.
 """
 
 import contextlib
+import functools
 import json
 import math
 import os
 import pathlib
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -18,9 +23,10 @@ import jax.numpy as jnp
 from absl import app
 from flax import nnx
 
-from attention_lab import cli
+from attention_lab import cli, devices
 
-RESULTS = pathlib.Path(__file__).parent / "results"
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results"
 MB = 1e6
 GIB = 2**30
 NOTES = "<!-- The notes below are kept when the table is regenerated. -->"
@@ -60,12 +66,15 @@ def out_dir_of(config) -> pathlib.Path:
 
 
 def write(out: pathlib.Path, stem: str, result, text: str) -> str:
-  """Writes <stem>.json (unless result is None) and <stem>.md: text, then the replaced md's
-  notes (from the `NOTES` line on). Returns the markdown written."""
+  """Writes <stem>.json (unless result is None; a dict gains the commit measured at,
+  `commit`) and <stem>.md: text, then the replaced md's notes (from the `NOTES` line on).
+  Returns the markdown written."""
   md = out / f"{stem}.md"
   old = md.read_text() if md.exists() else ""
   if NOTES in old:
     text = text.rstrip("\n") + "\n\n" + old[old.index(NOTES):]
+  if isinstance(result, dict):
+    result = {**result, "commit": result.get("commit") or commit()}
   if result is not None:
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str))
   md.write_text(text)
@@ -75,6 +84,11 @@ def write(out: pathlib.Path, stem: str, result, text: str) -> str:
 def fmt(value, spec: str, suffix: str = "", missing: str = "") -> str:
   """`value` formatted with `spec` and `suffix`; `missing` where it is None (a paper's gap)."""
   return missing if value is None else format(value, spec) + suffix
+
+
+def verdict(met: bool) -> str:
+  """A goal's verdict as the tables write it."""
+  return "**met**" if met else "**not met**"
 
 
 def header(config, machine: str, about: str) -> list:
@@ -90,18 +104,46 @@ def md_table(columns: dict, rows) -> list:
           + ["| " + " | ".join(cell(r) for cell in columns.values()) + " |" for r in rows])
 
 
+COMMIT_ENV = "EXPERIMENTS_COMMIT"  # the commit, where the tree has no git (a copied tree)
+
+
+@functools.cache
+def commit() -> str | None:
+  """`git rev-parse HEAD` of this tree, "+dirty" when tracked files outside
+  experiments/results differ from it (results are written while measuring); else
+  $EXPERIMENTS_COMMIT; None without either."""
+  git = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True,
+                                  timeout=30, check=True).stdout.strip()
+  try:
+    head = git("rev-parse", "HEAD")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                  ":(exclude)experiments/results")
+  except (OSError, subprocess.SubprocessError):
+    return os.environ.get(COMMIT_ENV) or None
+  return head + ("+dirty" if changed else "")
+
+
 def machine() -> dict:
   cpu = platform.processor() or platform.machine()
   with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
     cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
   dev = jax.devices()[0]
   return {"cpu": cpu, "cores": os.cpu_count(), "device": f"{dev.platform}:{dev.device_kind}",
-          "jax": jax.__version__, "python": platform.python_version()}
+          "jax": jax.__version__, "python": platform.python_version(), "commit": commit()}
 
 
 def machine_line(m: dict | None = None) -> str:
   m = m or machine()
-  return f"{m['cpu']}, {m['cores']} cores, device {m['device']}, jax {m['jax']}"
+  return (f"{m['cpu']}, {m['cores']} cores, device {m['device']}, jax {m['jax']}, commit "
+          f"{short_commit(m.get('commit'))}")
+
+
+def short_commit(sha: str | None) -> str:
+  """A commit as a line shows it: 12 hex digits (and "+dirty"), or "unknown"."""
+  if not sha:
+    return "unknown"
+  head, dirty, _ = sha.partition("+dirty")
+  return head[:12] + dirty
 
 
 def accounting(compiled) -> dict:
@@ -162,19 +204,153 @@ def params_of(model) -> int:
   return sum(math.prod(v.shape) for v in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
+# Time. On an accelerator a call from Python costs ~45 µs of dispatch and launch, longer than
+# most kernels at the papers' sizes, so a loop of calls times the host: there the device's own
+# time per call is read (CUPTI, else a profiler trace). The CPU runs programs on the host: wall.
+TIMING_ENV = "EXPERIMENTS_TIMING"  # forces a method: wall | cupti | trace
+METHODS = {
+    "wall": "host wall time: the median of samples of back-to-back calls (a sample lasts "
+            "≥ min_sample_s), the programs interleaved; on an accelerator it includes the "
+            "dispatch of each call",
+    "cupti": "device time: the kernels' summed time of each call, recorded by CUPTI "
+             "(`jax.experimental.mosaic.gpu.profiler.measure`), the median over calls",
+    "trace": "device time: the device's summed time of each call, read from a `jax.profiler` "
+             "trace with `jax.profiler.ProfileData` (GPU: the kernels and copies of the "
+             "/device:GPU:* plane's stream lines; TPU: the /device:TPU:* plane's XLA Modules "
+             "line; CPU: the /host:CPU plane's XLA thunks), the median over calls"}
+DEVICE_PLANES = {"gpu": "/device:GPU:", "tpu": "/device:TPU:", "cpu": "/host:CPU"}
+
+
+def _device_line(platform_name: str, line: str) -> bool:
+  return {"gpu": line.startswith("Stream #"), "tpu": line == "XLA Modules"}.get(
+      platform_name, True)
+
+
+def device_events(planes, platform_name: str) -> list[tuple[float, float]]:
+  """(start ns, duration ns) of the work of one device in a trace, from the first plane of
+  `DEVICE_PLANES[platform_name]` (by name) that has any: a GPU's kernels and copies (its
+  "Stream #" lines), a TPU's program runs (its "XLA Modules" line), the CPU's XLA thunks (the
+  events with an hlo_module stat). `planes`: jax.profiler.ProfileData's, or objects alike
+  (name, lines; a line's name, events; an event's start_ns, duration_ns, stats pairs)."""
+  prefix = DEVICE_PLANES[platform_name]
+  for plane in sorted((p for p in planes if p.name.startswith(prefix)), key=lambda p: p.name):
+    events = [(e.start_ns, e.duration_ns) for line in plane.lines
+              if _device_line(platform_name, line.name) for e in line.events
+              if platform_name != "cpu" or "hlo_module" in dict(e.stats)]
+    if events:
+      return events
+  return []
+
+
+def per_call_seconds(events, calls: int) -> list[float]:
+  """Seconds of each of `calls` identical back-to-back calls from their device events (start,
+  duration ns): in start order, split into `calls` groups of equal count (as CUPTI's measure
+  splits kernels), each group's durations summed; one figure (the mean) when `calls` does
+  not divide the count."""
+  if not events:
+    raise ValueError("no device events in the trace")
+  durations = [d for _, d in sorted(events)]
+  if len(durations) % calls:
+    return [sum(durations) / calls / 1e9]
+  k = len(durations) // calls
+  return [sum(durations[i * k:(i + 1) * k]) / 1e9 for i in range(calls)]
+
+
+def cupti_seconds(compiled, args, calls: int) -> list[float]:
+  """Kernel seconds of each of `calls` back-to-back calls (after one warm-up), by CUPTI."""
+  from jax.experimental.mosaic.gpu import profiler  # pylint: disable=g-import-not-at-top
+  _, ms = profiler.measure(compiled, iterations=calls)(*args)
+  if ms is None:
+    raise RuntimeError("CUPTI recorded no kernel")
+  return [m / 1e3 for m in ([ms] if calls == 1 else ms)]
+
+
+def trace_seconds(compiled, args, calls: int) -> list[float]:
+  """Device seconds of each of `calls` calls (after one warm-up), read from a jax.profiler
+  trace of them alone."""
+  jax.block_until_ready(compiled(*args))
+  with tempfile.TemporaryDirectory() as log_dir:
+    with jax.profiler.trace(log_dir):
+      for _ in range(calls):
+        jax.block_until_ready(compiled(*args))
+    (path,) = pathlib.Path(log_dir).rglob("*.xplane.pb")
+    planes = jax.profiler.ProfileData.from_file(str(path)).planes
+    return per_call_seconds(device_events(planes, jax.default_backend()), calls)
+
+
+DEVICE_SECONDS = {"cupti": cupti_seconds, "trace": trace_seconds}
+FALLBACKS = []  # programs this process timed otherwise than `timing()` says, and why
+
+
+def device_seconds(name: str, compiled, args, calls: int) -> tuple[list[float], str]:
+  """(seconds of each of `calls` calls, method) by `timing()`'s method; a program that
+  method fails on (CUPTI's kernel sequences differing between calls, say) is timed by the
+  trace, else by wall, and listed in FALLBACKS."""
+  methods = dict.fromkeys((timing()["method"], "trace"))
+  for method in methods:
+    try:
+      return DEVICE_SECONDS[method](compiled, args, calls), method
+    except Exception as e:  # pylint: disable=broad-except  # recorded; the next method runs
+      FALLBACKS.append(f"{name}: {method} failed ({_why(e)})")
+  return _wall({name: (compiled, args)}, calls, 0.0, 1)[name]["samples"], "wall"
+
+
+def _why(e: Exception) -> str:
+  return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
+def _probe(method: str) -> str | None:
+  """None if `method` times a tiny program here (two positive figures), else why not."""
+  x = jnp.ones((1024,), jnp.float32)
+  try:
+    seconds = DEVICE_SECONDS[method](jax.jit(lambda x: x + 1).lower(x).compile(), (x,), 2)
+  except Exception as e:  # pylint: disable=broad-except  # any failure means: fall back
+    return _why(e)
+  return None if len(seconds) == 2 and min(seconds) > 0 else f"gave {seconds}"
+
+
+@functools.cache
+def timing() -> dict:
+  """How this process times compiled programs: {method, why, platform, device_kind, l2_bytes}.
+  $EXPERIMENTS_TIMING if set; else wall on the CPU, and on an accelerator the first that
+  works of CUPTI (GPU only) and the profiler trace, else wall (each fallback says why)."""
+  d = jax.devices()[0]
+  entry = devices.lookup(d.device_kind)
+  info = {"platform": d.platform, "device_kind": d.device_kind,
+          "l2_bytes": entry.l2_bytes if entry else None}
+  forced = os.environ.get(TIMING_ENV)
+  if forced:
+    if forced not in METHODS:
+      raise ValueError(f"${TIMING_ENV} = {forced!r}: must be one of {'|'.join(METHODS)}")
+    return {**info, "method": forced, "why": f"${TIMING_ENV}={forced}"}
+  if d.platform == "cpu":
+    return {**info, "method": "wall", "why": "the CPU runs programs on the host"}
+  failures = []
+  for method in ("cupti", "trace") if d.platform == "gpu" else ("trace",):
+    why = _probe(method)
+    if why is None:
+      return {**info, "method": method, "why": "; ".join(failures)}
+    failures.append(f"{method} not available ({why})")
+  return {**info, "method": "wall", "why": "; ".join(failures)}
+
+
+def _finish(out) -> None:
+  """Waits for a call's work: JAX arrays, and PyTorch's CUDA queue where torch is in use."""
+  jax.block_until_ready(out)
+  torch = sys.modules.get("torch")
+  if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    torch.cuda.synchronize()
+
+
 def _sample(compiled, args, inner: int) -> float:
   start, out = time.perf_counter(), None
   for _ in range(inner):
     out = compiled(*args)
-  jax.block_until_ready(out)
+  _finish(out)
   return (time.perf_counter() - start) / inner
 
 
-def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
-                      warmup: int = 1) -> dict:
-  """{name: (compiled, args)} → {name: {time_s (median), samples, inner}}: warm-up, an inner
-  count per program so a sample lasts ≥ min_sample_s, then `repeats` interleaved rounds (a
-  shared machine's load drifts hit every program alike)."""
+def _wall(programs: dict, repeats: int, min_sample_s: float, warmup: int) -> dict:
   inner = {}
   for name, (compiled, args) in programs.items():
     for _ in range(max(1, warmup)):
@@ -185,8 +361,27 @@ def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
   for _ in range(repeats):
     for name, (compiled, args) in programs.items():
       samples[name].append(_sample(compiled, args, inner[name]))
-  return {name: {"time_s": statistics.median(s), "samples": s, "inner": inner[name]}
-          for name, s in samples.items()}
+  return {name: {"time_s": statistics.median(s), "samples": s, "inner": inner[name],
+                 "method": "wall"} for name, s in samples.items()}
+
+
+def time_side_by_side(programs: dict, repeats: int, min_sample_s: float = 0.01,
+                      warmup: int = 1) -> dict:
+  """{name: (program, args)} → {name: {time_s (median), samples, inner, method}}. A compiled
+  JAX program is timed by `timing()`'s method: on the device, `repeats` calls back to back
+  after a warm-up (inner 1); or wall: warm-up, an inner count per program so a sample lasts
+  ≥ min_sample_s, then `repeats` interleaved rounds (a shared machine's load drifts hit every
+  program alike). Other callables (PyTorch) are timed by wall, their CUDA queue waited for."""
+  method = timing()["method"]
+  on_device = {name for name, (fn, _) in programs.items()
+               if method != "wall" and isinstance(fn, jax.stages.Compiled)}
+  times = _wall({n: p for n, p in programs.items() if n not in on_device}, repeats,
+                min_sample_s, warmup)
+  for name in on_device:
+    samples, used = device_seconds(name, *programs[name], max(1, repeats))
+    times[name] = {"time_s": statistics.median(samples), "samples": samples, "inner": 1,
+                   "method": used}
+  return {name: times[name] for name in programs}
 
 
 def time_programs(rows: dict, programs: dict, config) -> None:
@@ -199,6 +394,72 @@ def time_programs(rows: dict, programs: dict, config) -> None:
     for name, _ in chosen:
       rows[name][program]["speedup"] = (rows[config.baseline][program]["time_s"]
                                         / rows[name][program]["time_s"])
+
+
+# Calibration: a pass over more than any L2 and a large bfloat16 matmul, timed as the tables
+# time their programs, against the device's HBM bandwidth and bf16 peak (devices.py). Sizes:
+# (elements of the float32 pass, matmul side) on an accelerator, on the CPU (a bf16 8192²
+# matmul there takes ~20 s) and for the :tiny presets.
+CALIBRATION_SIZES = {"accelerator": (2**26, 8192), "cpu": (2**26, 2048), "tiny": (2**12, 64)}
+CALIBRATION_REPEATS = 5
+
+
+def calibration_rows(pass_s: float, elements: int, matmul_s: float, side: int,
+                     device_kind: str) -> list[dict]:
+  """The calibration rows: bytes moved by a float32 pass x·2 (read + write: 8 per element) and
+  FLOPs of a side² bf16 matmul (2·side³), their rates, and the fraction of the device's HBM
+  bandwidth and bf16 peak (None where devices.py has no entry, e.g. a CPU)."""
+  entry = devices.lookup(device_kind)
+  rows = [dict(program="elementwise pass x·2", size=f"{4 * elements / MB:.3g} MB float32",
+               time_s=pass_s, work=8.0 * elements, unit="GB/s",
+               device_figure=entry and entry.memory_bandwidth, figure="HBM bandwidth"),
+          dict(program="matmul", size=f"{side}² bfloat16", time_s=matmul_s,
+               work=2.0 * side**3, unit="TFLOP/s",
+               device_figure=entry and entry.peak("bfloat16"), figure="bf16 peak")]
+  for r in rows:
+    r["rate"] = r["work"] / r["time_s"]
+    r["fraction"] = r["rate"] / r["device_figure"] if r["device_figure"] else None
+  return rows
+
+
+def calibration(preset: str = "") -> dict:
+  """{timing: `timing()`, rows: `calibration_rows`} measured here; `preset` "tiny": tiny sizes."""
+  size = "tiny" if preset == "tiny" else "cpu" if jax.default_backend() == "cpu" else (
+      "accelerator")
+  elements, side = CALIBRATION_SIZES[size]
+  x, a = jnp.ones((elements,), jnp.float32), jnp.ones((side, side), jnp.bfloat16)
+  programs = {"pass": (compile_fn(lambda x: x * 2.0, x)[0], (x,)),
+              "matmul": (compile_fn(lambda a: a @ a, a)[0], (a,))}
+  t = time_side_by_side(programs, CALIBRATION_REPEATS, 0.0)
+  rows = calibration_rows(t["pass"]["time_s"], elements, t["matmul"]["time_s"], side,
+                          jax.devices()[0].device_kind)
+  return {"timing": timing(), "rows": rows, "fallbacks": list(FALLBACKS)}
+
+
+def timing_lines(calibrated: dict | None) -> list:
+  """Markdown: how the table's times were taken (method, why a fallback, L2) and the
+  calibration rows."""
+  if not calibrated:
+    return []
+  t = calibrated["timing"]
+  rate = lambda r, v: f"{v / 1e9:.1f}" if r["unit"] == "GB/s" else f"{v / 1e12:.2f}"
+  l2 = (f"Calls run back to back, so a program whose data fit in the device's "
+        f"{t['l2_bytes'] / 2**20:.0f} MiB L2 ran L2-warm (no flush between calls); the "
+        "calibration pass is larger than the L2." if t.get("l2_bytes") else
+        "Calls run back to back: caches warm.")
+  return ["", "## Timing and calibration", "",
+          f"Times are {METHODS[t['method']]}" + (f" ({t['why']})" if t["why"] else "")
+          + f". {l2}", *(["", "Timed otherwise: " + "; ".join(calibrated["fallbacks"]) + "."]
+                          if calibrated.get("fallbacks") else []), "",
+          "Calibration, timed the same way (shows whether the timing reaches the hardware):",
+          ""] + md_table({
+              "program": lambda r: r["program"], "size": lambda r: r["size"],
+              "time ms": lambda r: f"{1e3 * r['time_s']:.4f}",
+              "achieved": lambda r: f"{rate(r, r['rate'])} {r['unit']}",
+              "device figure": lambda r: (f"{rate(r, r['device_figure'])} {r['unit']} "
+                                          f"({r['figure']})" if r["device_figure"] else "—"),
+              "fraction": lambda r: fmt(r["fraction"] and 100 * r["fraction"], ".1f", "%",
+                                        "—")}, calibrated["rows"])
 
 
 def inference_fn(model):

@@ -228,7 +228,7 @@ def main(argv):
              f"{' or '.join(COMMANDS)} (default classification)")
   stem, count, markdown, plot = COMMANDS[argv[1] if len(argv) > 1 else "classification"]
   records = count()
-  measure.write(measure.RESULTS, stem, records, markdown(records))
+  measure.write(measure.RESULTS, stem, {"rows": records}, markdown(records))
   plot(records, measure.RESULTS / f"{stem}.png")
 
 

@@ -13,7 +13,8 @@ Each goal measures the library against a floor of the hardware or of the paper i
 7. operator memory (XLA, compile only): SAO / KAO_QKV temporaries ≤ 2× input + output,
    relative attention's per position constant in H·W, NMF one-step flat in K.
 A goal is `name(config)`, its part of the JSON, and `name_lines(config, result)`, its section.
-`config.goals` picks the goals measured; the others are copied from the saved JSON.
+`config.goals` picks the goals measured; the others are shown as not measured (never copied
+from an earlier run).
 """
 
 import functools
@@ -30,12 +31,8 @@ from attention_lab import layers, ops
 from experiments import efficiency_modules, efficiency_operators, measure
 
 GIB, MB, S, LABELS = measure.GIB, measure.MB, jax.ShapeDtypeStruct, measure.LABELS
-ABOUT = ("Times: medians of {repeats} interleaved samples after warm-up in one run; memory: XLA "
-         "memory_analysis. Benchmarks, not tests.")
-
-
-def _verdict(ok: bool) -> str:
-  return "**met**" if ok else "**not met**"
+ABOUT = ("Times: medians of {repeats} samples (method: Timing and calibration, below); memory: "
+         "XLA memory_analysis. Benchmarks, not tests.")
 
 
 def _cell(key, spec="", scale=1.0, per=1.0, suffix=""):
@@ -65,13 +62,14 @@ def _times_and_rate(programs, config) -> tuple:
 
 def table_ratios(config) -> dict:
   """Goal 1: the ratios of the SAO Table 2 / KAO Table 1 results against the papers'."""
-  rows = []
+  rows, sources = [], {}
   for table in config.ratio_tables:
     path = measure.out_dir_of(config) / f"{table}.json"
     if not path.exists():
       rows.append({"table": table, "missing": str(path)})
       continue
     data = json.loads(path.read_text())
+    sources[table] = data.get("commit")
     for r in data["rows"]:
       paper = r.get("paper") or {}
       if r["operator"] == data["config"]["baseline"] or paper.get("speedup") is None:
@@ -86,25 +84,28 @@ def table_ratios(config) -> dict:
           speed_met=r["speedup"] >= paper["speedup"],
           memory_met_total=goal is None or saving >= goal,
           memory_met_temp=goal is None or temp >= goal))
-  return {"rows": rows}
+  return {"rows": rows, "sources": sources}
 
 
 def table_ratios_lines(config, result) -> list:
   columns = {
       "operator": lambda r: LABELS[r["operator"]], "speed-up": _cell("speedup", ".2f", suffix="×"),
       "paper": _cell("paper_speedup", ".2f", suffix="×"),
-      "speed": lambda r: _verdict(r["speed_met"]),
+      "speed": lambda r: measure.verdict(r["speed_met"]),
       "saved total": _cell("saving_total", ".2f", suffix="%"),
       "bound": _cell("bound_total", ".2f", suffix="%"),
       "saved temp": _cell("saving_temp", ".2f", suffix="%"),
       "paper saved": lambda r: measure.fmt(r["paper_saving"], ".2f", "%"),
       "memory (total / temp)": lambda r: " / ".join(
-          _verdict(r[k]) for k in ("memory_met_total", "memory_met_temp"))}
+          measure.verdict(r[k]) for k in ("memory_met_total", "memory_met_temp"))}
   return _section(
       "1. Speed-up and memory saving against Attn ≥ the paper's (SAO Table 2, KAO Table 1)",
       "Memory saving on XLA's total (temporaries + input + output) and on temporaries only. "
       "'bound' is the largest total saving any operator can reach: the input and the output are "
-      "the same for every operator.",
+      "the same for every operator. Read from " + (", ".join(
+          f"{t}.json (commit {measure.short_commit(c)})" for t, c in result.get("sources", {}
+                                                                          ).items()) or "—")
+      + ".",
       ({"table": lambda r: r["table"],
         "input": lambda r: f"not measured: {r['missing']} missing" if "missing" in r else r["size"],
         **{h: (lambda r, c=c: "" if "missing" in r else c(r)) for h, c in columns.items()}},
@@ -136,13 +137,13 @@ def hardware(config) -> dict:
 def hardware_lines(config, result) -> list:
   return _section(
       f"2. Close to the hardware: ≤ {config.pass_ratio_goal}× one elementwise pass",
-      "The operator and the pass (x·2) timed in the same interleaved rounds; the ratio to the "
-      "pass is the measure (on a shared machine absolute times drift).",
+      "The operator and the pass (x·2) timed the same way in one run; the ratio to the pass "
+      "is the measure (on a shared machine absolute times drift).",
       ({"operator": lambda r: LABELS[r["operator"]], "input": _cell("size"),
         "pass ms": _cell("pass_time_s", ".4f", 1e3),
         "operator ms": _cell("library_time_s", ".4f", 1e3),
         "/ pass": _cell("library_over_pass", ".2f", suffix="×"),
-        "goal": lambda r: _verdict(r["met"]),
+        "goal": lambda r: measure.verdict(r["met"]),
         "XLA bytes accessed MB (pass / operator)": lambda r: " / ".join(
             f"{r[k + '_bytes_accessed'] / MB:.2f}" for k in ("pass", "library")),
         "temp MB": _cell("library_temp_bytes", ".2f", per=MB),
@@ -193,7 +194,7 @@ def ham_floor(config) -> dict:
 def ham_floor_lines(config, hf) -> list:
   return _section(
       f"3. Ham NMF inference ≤ {config.floor_ratio_goal}× its compute floor",
-      f"{_verdict(hf['met'])}: {hf['ratio']:.2f}×. Input {hf['size']}, K = {hf['steps']}, "
+      f"{measure.verdict(hf['met'])}: {hf['ratio']:.2f}×. Input {hf['size']}, K = {hf['steps']}, "
       f"evaluation mode: {1e3 * hf['time_s']:.1f} ms against a floor of "
       f"{1e3 * hf['floor_s']:.1f} ms = {hf['xla_flops'] / 1e9:.2f} GFLOP (loops unrolled; "
       f"cost_analysis counts a loop body once: {hf['xla_flops_uncorrected'] / 1e9:.2f} G) at the "
@@ -227,7 +228,7 @@ def ham_memory_lines(config, hm) -> list:
   return _section(
       "4. Ham one-step training memory does not grow with K",
       f"Hamburger (NMF) forward + backward at the size of goal 3, XLA temporaries. "
-      f"{_verdict(hm['met'])}: one-step grows by {100 * hm['growth']:.2f}% from the "
+      f"{measure.verdict(hm['met'])}: one-step grows by {100 * hm['growth']:.2f}% from the "
       f"smallest to the largest K (tolerance {100 * config.memory_growth_tolerance:.0f}%).",
       ({"K": _cell("steps"), "one-step temp MB": _cell("one_step", ".1f", per=MB),
         "BPTT temp MB": _cell("bptt", ".1f", per=MB)}, hm["rows"]))
@@ -260,7 +261,7 @@ def relative_lines(config, rl) -> list:
   return _section(
       f"5. Query-chunked relative attention trains at {rl['size']} within "
       f"{config.relative_budget_gib} GiB",
-      f"{_verdict(rl['met'])}: forward + backward (gradients w.r.t. q, k, v and both "
+      f"{measure.verdict(rl['met'])}: forward + backward (gradients w.r.t. q, k, v and both "
       f"tables), query_chunk_size = {rl['chunk']}.{ran} The unchunked program is compiled "
       "for its memory analysis only.",
       ({"form": _cell("form"), "temp GiB": _cell("temp_bytes", ".2f", per=GIB),
@@ -343,8 +344,8 @@ def ham_official_lines(config, ho) -> list:
   ours = lambda cell: lambda row: cell(row[2]) if row[1] == "ours" else ""  # row: label, who, k
   return _section(
       title,
-      f"{_verdict(ho['met'])}: {ho['speedup']:.2f}× (factors alone {ho['speedup_factors']:.2f}×)"
-      f" at {ho['size']}, R = {ho['rank']}, K = {ho['steps']}, from the same bases (max relative "
+      f"{measure.verdict(ho['met'])}: {ho['speedup']:.2f}× (factors alone "
+      f"{ho['speedup_factors']:.2f}×) at {ho['size']}, R = {ho['rank']}, K = {ho['steps']}, from the same bases (max relative "
       f"difference {ho['max_rel_difference']:.1e}): torch {ho['torch']} ({ho['torch_threads']} "
       "threads, no_grad; `_official_nmf2d`) against `ops.nmf` + codes·basesᵀ under jit, in the "
       "same interleaved rounds; load average at the end "
@@ -396,8 +397,8 @@ def op_memory(config) -> dict:
 def op_memory_lines(config, om) -> list:
   return _section(
       "7. Operator memory: temporaries ≤ 2× input + output, linear in H·W, flat in K",
-      f"{_verdict(om['met'])}. XLA memory_analysis, float32, compiled for abstract inputs.",
-      f"SAO and KAO_QKV forward ({_verdict(om['ratio_met'])}):",
+      f"{measure.verdict(om['met'])}. XLA memory_analysis, float32, compiled for abstract inputs.",
+      f"SAO and KAO_QKV forward ({measure.verdict(om['ratio_met'])}):",
       ({"operator": lambda r: LABELS[r["operator"]], "size": _cell("size"),
         "temp bytes": _cell("temp_bytes"), "in+out bytes": _cell("io_bytes"),
         "temp / (in+out)": _cell("ratio", ".3f")}, om["ratios"]),
@@ -423,16 +424,13 @@ def run(config) -> dict:
   unknown = set(config.goals) - set(GOALS)
   if unknown:
     raise ValueError(f"config.goals must be a subset of {tuple(GOALS)}, got {sorted(unknown)}")
-  path = measure.out_dir_of(config) / f"{config.table}.json"
-  previous = json.loads(path.read_text()) if path.exists() else {}
   result = {}
   for name, (goal, _) in GOALS.items():
     if name in config.goals:
       result[name] = goal(config)
       print(name, result[name], flush=True)
     else:
-      result[name] = previous.get(
-          name, {"skipped": f"not measured in this run or a previous one ({path})"})
+      result[name] = {"skipped": "not in config.goals of this run"}
   return result
 
 
@@ -440,7 +438,7 @@ def markdown(config, result, machine_line: str) -> str:
   lines = measure.header(config, machine_line, ABOUT)
   for name, (_, render) in GOALS.items():  # goal 6 says itself why it was not measured
     if "skipped" in result[name] and name != "ham_official":
-      lines += [f"## {name}: {result[name]['skipped']}", ""]
+      lines += [f"## {name}: not measured ({result[name]['skipped']})", ""]
     else:
       lines += render(config, result[name]) + [""]
   return "\n".join(lines)

@@ -158,7 +158,7 @@ def markdown(config, result) -> str:
               f"{rn[key]['xla_flops'] / 1e9:.1f} | "
               f"{rn[key]['time_s'] / rn['resnet50']['time_s']:.3f}× |"
               for key, label in (("resnet50", "ResNet-50"), ("aa_resnet50", "AA-ResNet-50"))]
-  return "\n".join(lines) + "\n"
+  return "\n".join(lines + measure.timing_lines(result.get("calibration"))) + "\n"
 
 
 def goals(result) -> dict:
@@ -194,6 +194,7 @@ def run(config) -> dict:
   if config.aa_resnet:
     result["resnets"] = measure_resnets(config)
   result["goals"] = goals(result)
+  result["calibration"] = measure.calibration(config.get("calibration", ""))
   return result
 
 

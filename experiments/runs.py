@@ -41,11 +41,12 @@ class Run:
 
 
 def run_module(module: str, args, *, log: pathlib.Path | None = None,
-               final: pathlib.Path | None = None) -> Run:
-  """`python -m module *args` from the repository root; its output to `log` if given, its
-  metrics read from the JSON file `final` if given."""
+               final: pathlib.Path | None = None, env: dict | None = None) -> Run:
+  """`python -m module *args` from the repository root, with `env` added to this process's
+  environment; its output to `log` if given, its metrics read from the JSON file `final` if
+  given."""
   command = [sys.executable, "-m", module, *map(str, args)]
-  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+  env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(
       filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
   load_before, before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
@@ -62,9 +63,9 @@ def run_module(module: str, args, *, log: pathlib.Path | None = None,
 
 
 def train(spec: str, overrides=(), *, workdir, fresh: bool = True,
-          log: pathlib.Path | None = None) -> Run:
+          log: pathlib.Path | None = None, env: dict | None = None) -> Run:
   """`attention_lab.main` for `spec` (FILE[:preset]) with `overrides` ('key=value' or
-  '--flag=value'); `fresh` empties the workdir first."""
+  '--flag=value') and `env` (see run_module); `fresh` empties the workdir first."""
   workdir = pathlib.Path(workdir)
   if fresh:
     shutil.rmtree(workdir, ignore_errors=True)
@@ -72,7 +73,8 @@ def train(spec: str, overrides=(), *, workdir, fresh: bool = True,
   final.unlink(missing_ok=True)
   return run_module("attention_lab.main", [
       f"--config={spec}", f"--workdir={workdir}", f"--json={final}",
-      *(o if o.startswith("--") else f"--config.{o}" for o in overrides)], log=log, final=final)
+      *(o if o.startswith("--") else f"--config.{o}" for o in overrides)], log=log, final=final,
+      env=env)
 
 
 def untrained(spec: str, overrides=(), *, workdir, log: pathlib.Path | None = None) -> Run:

@@ -162,7 +162,7 @@ def _field(text: str, name: str) -> str:
 
 
 @pytest.mark.parametrize("name", devices.gpu_names())
-def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_and_bandwidth(name):
+def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_bandwidth_and_l2(name):
   text = devices.gpu_target_config(name)
   assert text.startswith("# ") and "platform_name: \"CUDA\"" in text
   device = devices.lookup(_field(text, "device_description_str"))
@@ -170,6 +170,7 @@ def test_each_gpu_target_names_a_device_of_the_table_with_its_memory_and_bandwid
   assert device.memory_bytes == int(_field(text, "device_memory_size"))
   assert device.memory_bandwidth == pytest.approx(float(_field(text, "memory_bandwidth")),
                                                   rel=0.01)
+  assert device.l2_bytes == int(_field(text, "l2_cache_size"))
   # The FP32 peak: SMs × FP32 lanes per SM × 2 (multiply-add) × clock, within 1%.
   fp32 = (int(_field(text, "core_count")) * int(_field(text, "fpus_per_core")) * 2
           * float(_field(text, "clock_rate_ghz")) * 1e9)

@@ -27,7 +27,7 @@ def measurement(preset: str | None = None) -> ml_collections.ConfigDict:
       "Batch {batch}, {image_size}×{image_size} images, z of {z_dim}, width {width}, float32. "
       "Forward = evaluation-mode D(G(z)); backward = one training iteration (D hinge loss on "
       "real + fake, then G loss; gradients, no optimiser). Times are medians of {repeats} "
-      "interleaved samples, scaled to the paper's units (forward: per 30k images = "
+      "samples (method: Timing and calibration, below), scaled to the paper's units (forward: per 30k images = "
       "t·30000/batch; backward: per 10 batches = 10·t). Memory: XLA memory_analysis of the "
       "training iteration (temporaries + arguments + outputs). Largest batch: doubling from "
       "{batch} while that memory ≤ {memory_budget_gib} GiB (the paper: 'ok'/'no' on one GTX "
@@ -41,6 +41,7 @@ def measurement(preset: str | None = None) -> ml_collections.ConfigDict:
   config.paper = (("sagan", (1.077, 5.992, "256")), ("isagan", (0.762, 3.049, "≥ 1024")),
                   ("sgan", (0.564, 2.390, "≥ 1024")))
   if preset == "tiny":
+    config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.batch = 2
     config.width = 4
     config.z_dim = 8

@@ -36,7 +36,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "once). Memory: XLA memory_analysis, temporaries + arguments + outputs (arguments: "
       "parameters and, in training, input and output cotangent). Inference = evaluation-mode "
       "forward; training = forward + backward (grads w.r.t. parameters and input of <out, g>). "
-      "Time: median of {repeats} interleaved samples after warm-up. Paper: PyTorch on a TITAN "
+      "Time: median of {repeats} calls (method: Timing and calibration, below). Paper: PyTorch on a TITAN "
       "Xp ('GPU load', 'GPU time'): compare ratios, not absolute values.")
   config.repeats = 5
   config.min_sample_s = 0.0
@@ -54,6 +54,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.memory_budget_gib = 8.0
   config.sweep_note = "Batch 1, 512 channels, inference (evaluation mode)."
   if preset == "tiny":
+    config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.side = 8
     config.channels = 16
     config.a2_features = 16

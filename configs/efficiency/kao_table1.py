@@ -46,6 +46,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.memory_budget_gib = 4.0
   config.sweep_note = "Batch 8, 8 channels, 1 head, Q = K = V."
   if preset == "tiny":
+    config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.sizes = ((6, 8), (8, 8))
     config.repeats = 1
     config.min_sample_s = 0.0

@@ -48,11 +48,14 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.about = (
       "Case: 1×1 qkv projection + 2D relative self-attention, batch {batch}, {channels} "
       "channels, {heads} heads × {head_dim}. Ours: `GlobalAttention(relative, project='qkv', "
-      "use_bias=False)`, `query_chunk_size='auto'`. Times: median (min) of interleaved samples "
-      "after warm-up. Speed-up = timm / ours. Kernels: XLA kernels of the entry and loop bodies "
-      "(a loop body once); logits passes: those writing at least one query row's logits "
-      "(B·H·Y·XY elements); XLA bytes: cost_analysis 'bytes accessed' (a loop body once).")
+      "use_bias=False)`, `query_chunk_size='auto'`. Times: median (min) of samples after "
+      "warm-up, ours by the method of 'Timing and calibration' below, timm's by wall time (its "
+      "CUDA queue waited for, so its launches count). Speed-up = timm / ours. Kernels: XLA "
+      "kernels of the entry and loop bodies (a loop body once); logits passes: those writing "
+      "at least one query row's logits (B·H·Y·XY elements); XLA bytes: cost_analysis 'bytes "
+      "accessed' (a loop body once).")
   if preset == "tiny":
+    config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.sides = (6, 8)
     config.repeats = 2
     config.big_repeats = 1

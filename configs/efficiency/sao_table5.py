@@ -33,8 +33,8 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
       "parameters, {dtype} compute. **Memory**: XLA `memory_analysis()` of the step compiled (not "
       "run) for {paper_batch}×{image_size}²×3, peak = temporaries + arguments + outputs − donated "
       "(aliased) bytes. **Time**: the step compiled for {time_batch}×{image_size}²×3 and timed "
-      "side by side with the other nets of its comparison (median of {repeats} interleaved "
-      "samples after warm-up). Ratios against the comparison's baseline. Paper columns: SAO "
+      "side by side with the other nets of its comparison (median of {repeats} samples; "
+      "method: Timing and calibration, below). Ratios against the comparison's baseline. Paper columns: SAO "
       "Table 5 (memory and time of 100 iterations at 128×224²×3, GPU); AA Table 2 Δ_Train "
       "(V100, batch 128) for AA (υ = 0.25).")
   config.dtype = "float32"  # compute dtype (parameters float32); the accelerator report adds bfloat16
@@ -60,6 +60,7 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
                       {"kappa": 0.25, "upsilon": 0.25}, {"time_ratio": 1.25}))},
   )
   if preset == "tiny":
+    config.calibration = "tiny"  # measure.calibration at tiny sizes
     config.image_size = 32
     config.paper_batch = 4
     config.time_batch = 2

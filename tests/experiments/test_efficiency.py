@@ -127,7 +127,22 @@ def test_performance_goals(monkeypatch, tmp_path):
   assert data["relative"]["chunked_grads_finite"]
   official = data["ham_official"]
   assert "skipped" in official or official["max_rel_difference"] < 1e-4
-  assert "met" in text
+  assert "met" in text and "## Timing and calibration" in text
+
+
+def test_a_goal_not_measured_is_shown_so_never_copied(monkeypatch, tmp_path):
+  config = performance_goals.get_config("tiny")
+  config.out_dir = str(tmp_path)
+  (tmp_path / "performance_goals.json").write_text(json.dumps(
+      {"hardware": {"sao": {"met": True}}, "relative": {"met": True}}))  # an earlier run's
+  config.goals = ("ham_memory",)
+  monkeypatch.setattr(efficiency, "_CONFIG", type("Flag", (), {"value": config})())
+  efficiency.main([])
+  data = json.loads((tmp_path / "performance_goals.json").read_text())
+  assert data["hardware"] == data["relative"] == {"skipped": "not in config.goals of this run"}
+  assert "met" in data["ham_memory"]
+  text = (tmp_path / "performance_goals.md").read_text()
+  assert "## hardware: not measured (not in config.goals of this run)" in text
 
 
 def test_ham_flops_count_every_solver_step():
@@ -324,7 +339,7 @@ def test_regenerating_a_table_keeps_its_notes(tmp_path):
   text = measure.write(tmp_path, "t", {"rows": []}, "# new table\n")
   assert text == f"# new table\n\n{measure.NOTES}\n\n## Notes\n\nwhy\n"
   assert (tmp_path / "t.md").read_text() == text
-  assert json.loads((tmp_path / "t.json").read_text()) == {"rows": []}
+  assert json.loads((tmp_path / "t.json").read_text()) == {"rows": [], "commit": measure.commit()}
 
 
 def test_a_bad_config_value_is_one_line_and_exit_status_2(monkeypatch, capsys):
