@@ -269,11 +269,12 @@ def test_batch_norm_groups_that_would_span_chips_become_one_chips_share():
 def _documented_aot_commands() -> list[list[str]]:
   """The argv of every `python -m attention_lab.aot` command that README.md, the config
   docstrings and aot's own docstring show (tests/test_documented_commands.py's reading)."""
+  # pylint: disable=protected-access
   from tests import test_documented_commands as documented  # pylint: disable=g-import-not-at-top
   commands = []
-  for text in [text for _, text in documented._sources()] + [aot.__doc__]:  # pylint: disable=protected-access
-    for command in documented._command_texts(text):  # pylint: disable=protected-access
-      module, variants = documented._variants(command)  # pylint: disable=protected-access
+  for text in [text for _, text in documented._sources()] + [aot.__doc__]:
+    for command in documented._command_texts(text):
+      module, variants = documented._variants(command)
       commands += [[a for a in argv if not a.startswith("--json")] for argv in variants
                    if module == "attention_lab.aot" and argv not in commands]
   return commands
