@@ -94,7 +94,8 @@ def _unrolled_value(value):
     return unrolled(value)
   if isinstance(value, tuple) and any(
       isinstance(v, (jax_core.ClosedJaxpr, jax_core.Jaxpr)) for v in value):
-    return tuple(_unrolled_value(v) for v in value)
+    items = [_unrolled_value(v) for v in value]
+    return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # namedtuples
   return value
 
 
@@ -140,7 +141,7 @@ def _flops_and_bytes(jitted, args, traced, compiled) -> tuple[dict[str, float], 
   if cost and loops:  # a backend that counts: count the twin on it
     try:
       cost = xla_cost(_twin(traced.jaxpr, jax.tree.leaves(args)).compile())
-    except Exception:  # pylint: disable=broad-except  # e.g. XLA:TPU: the twin does not fit
+    except jax.errors.JaxRuntimeError:  # e.g. XLA:TPU: the twin does not fit
       cost = {}
   if cost:
     return cost, UNROLLED if loops else COMPILED

@@ -49,6 +49,17 @@ def test_a_scan_counts_its_body_once_per_trip():
     assert cost.xla_cost(compiled)["flops"] < 0.5 * counted.flops, fn
 
 
+def test_loops_around_primitives_that_hold_named_jaxprs():
+  """jnp.linalg.solve is a custom_linear_solve, whose jaxprs sit in a namedtuple."""
+  args = jax.ShapeDtypeStruct((6, K, K), jnp.float32), jax.ShapeDtypeStruct((6, K, N), jnp.float32)
+  looped = jax.jit(lambda a, b: jax.lax.map(lambda ab: jnp.linalg.solve(*ab) @ ab[1].T, (a, b)))
+  by_hand = jax.jit(lambda a, b: jnp.stack([jnp.linalg.solve(a[i], b[i]) @ b[i].T
+                                            for i in range(6)]))
+  counted = cost.count(looped, *args)[1]
+  assert counted.source == cost.UNROLLED
+  assert counted.flops == pytest.approx(cost.count(by_hand, *args)[1].flops, rel=0.01)
+
+
 def test_a_program_without_loops_is_counted_as_compiled():
   compiled, counted = cost.count(jax.jit(lambda x, w: x @ w), *_args())
   assert counted.flops == cost.xla_cost(compiled)["flops"] == MATMUL
