@@ -17,7 +17,8 @@ with such a loop is counted as its twin with every scan unrolled: the same jaxpr
 scan's `unroll` set to its length, which jax lowers as straight-line code (no `while`),
 compiled for the same devices and shardings, for counting only. The twin runs the same
 operations, each scan body once per trip, so its count is the program's. A `while_loop` of
-dynamic trip count stays counted once.
+dynamic trip count stays counted once, as do loops inside a primitive's lowering (threefry's
+rounds: a few integer operations). Only a program with scans costs a second compile.
 
 Where the backend gives no cost analysis (XLA:GPU) or cannot compile the twin (XLA:TPU
 refuses a program that does not fit), the twin is lowered for one CPU device over the whole
@@ -116,10 +117,11 @@ def _num_devices(args) -> int:
   return max((len(s) for s in sets), default=1)
 
 
-def _twin(closed, flat_args, **jit_kwargs):
-  """The lowered program of `closed` (a ClosedJaxpr) with its scans unrolled."""
-  return jax.jit(jax_core.jaxpr_as_fun(closed.replace(jaxpr=unrolled(closed.jaxpr))),
-                 **jit_kwargs).lower(*flat_args)
+def _twin(closed, flat_args):
+  """The lowered program of `closed` (a ClosedJaxpr) with its scans unrolled, over
+  `flat_args` (their shardings; the outputs' left to XLA)."""
+  return jax.jit(jax_core.jaxpr_as_fun(closed.replace(jaxpr=unrolled(closed.jaxpr)))).lower(
+      *flat_args)
 
 
 def on_one_cpu(jitted, *args) -> dict[str, float]:
