@@ -231,7 +231,7 @@ def report(r: dict) -> str:
       f"({r['global_batch'] // r['chips']} per device"
       + (f", {r['microbatches']} micro-batches" if r.get("microbatches", 1) > 1 else "")
       + (f", BatchNorm groups of {r['bn_group_size']}" if r.get("bn_group_size") else "")
-      + (f" (one chip's share: the config's {r['paper_bn_group_size']} would span chips)"
+      + (f": one chip's share, the config's {r['paper_bn_group_size']} would span chips"
          if r.get("paper_bn_group_size") else "")
       + (f", first moment in {r['mu_dtype']}" if r.get("mu_dtype", "params") != "params" else "")
       + f"), {r['parameters']:,} parameters",

@@ -258,8 +258,8 @@ def test_batch_norm_groups_that_would_span_chips_become_one_chips_share():
     assert adapted.bn_group_size == (expected or group)
   r = {"topology": "v5e:4x4", "chips": 16, "device_kind": "TPU v5 lite", "global_batch": 640,
        "bn_group_size": 40, "paper_bn_group_size": 80, "parameters": 1}
-  assert ("global batch 640 (40 per device, BatchNorm groups of 40 (one chip's share: the "
-          "config's 80 would span chips)), 1 parameters") in aot.report({
+  assert ("global batch 640 (40 per device, BatchNorm groups of 40: one chip's share, the "
+          "config's 80 would span chips), 1 parameters") in aot.report({
               **r, "argument_bytes": 0, "output_bytes": 0, "temp_bytes": 0, "alias_bytes": 0,
               "total_bytes": 0, "hbm_bytes": 1, "fits": True, "flops": 0, "bytes_accessed": 0,
               "step_time_s": 0, "peak_flops_per_s": 1e12, "peak_dtype": "bfloat16",
