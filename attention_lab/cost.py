@@ -73,10 +73,14 @@ def xla_cost(stage) -> dict[str, float]:
   return {"flops": float(cost["flops"]), "bytes accessed": float(cost.get("bytes accessed", 0))}
 
 
-def _scans(jaxpr) -> int:
-  """The number of scans in `jaxpr` (recursively) that run more than once."""
-  return sum((eqn.primitive.name == "scan" and eqn.params["length"] > 1)
-             + sum(_scans(sub) for sub in _sub_jaxprs(eqn)) for eqn in jaxpr.eqns)
+def _loops(jaxpr) -> int:
+  """The number of scans in `jaxpr` (recursively) that jax lowers as a `while` of more than
+  one trip (`length // unroll` trips; unroll 0 or ≥ length: straight-line code)."""
+  def loops(eqn) -> bool:
+    unroll = eqn.params["unroll"]
+    return unroll >= 1 and eqn.params["length"] // unroll >= 2
+  return sum((eqn.primitive.name == "scan" and loops(eqn))
+             + sum(_loops(sub) for sub in _sub_jaxprs(eqn)) for eqn in jaxpr.eqns)
 
 
 def _sub_jaxprs(eqn):
@@ -139,7 +143,7 @@ def on_one_cpu(jitted, *args) -> dict[str, float]:
 def _flops_and_bytes(jitted, args, traced, compiled) -> tuple[dict[str, float], str]:
   """({'flops', 'bytes accessed'} per device, source): the compiled program's count, its
   unrolled twin's where it has scans, or else `on_one_cpu`'s."""
-  cost, loops = xla_cost(compiled), _scans(traced.jaxpr.jaxpr) > 0
+  cost, loops = xla_cost(compiled), _loops(traced.jaxpr.jaxpr) > 0
   if cost and loops:  # a backend that counts: count the twin on it
     try:
       cost = xla_cost(_twin(traced.jaxpr, jax.tree.leaves(args)).compile())

@@ -8,7 +8,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_lab import cost
-from attention_lab.train import state as state_lib, tasks
+from attention_lab.train import microbatch, state as state_lib, tasks
 from configs import default
 
 M, K, N = 24, 40, 16
@@ -41,7 +41,10 @@ def test_a_scan_counts_its_body_once_per_trip():
                    *_args())[1]
   assert one.source == cost.COMPILED
   assert MATMUL <= one.flops <= MATMUL + 4 * M * N  # the matmul, + the add (and tanh)
-  for fn, lead, trips in ((_scan, (5,), 5), (_fori, (7,), 7), (_nested, (3, 4), 12)):
+  partly = lambda x, w: jax.lax.scan(  # pylint: disable=unnecessary-lambda-assignment
+      lambda c, xi: (_step(c, xi, w), None), jnp.zeros((M, N)), x, unroll=2)[0]
+  for fn, lead, trips in ((_scan, (5,), 5), (_fori, (7,), 7), (_nested, (3, 4), 12),
+                          (partly, (8,), 8)):
     compiled, counted = cost.count(jax.jit(fn), *_args(*lead))
     assert counted.source == cost.UNROLLED, fn
     assert counted.flops == pytest.approx(trips * one.flops, rel=0.02), fn
@@ -63,6 +66,9 @@ def test_loops_around_primitives_that_hold_named_jaxprs():
 def test_a_program_without_loops_is_counted_as_compiled():
   compiled, counted = cost.count(jax.jit(lambda x, w: x @ w), *_args())
   assert counted.flops == cost.xla_cost(compiled)["flops"] == MATMUL
+  unrolled = jax.jit(lambda x, w: jax.lax.scan(  # lowered without a loop: no second compile
+      lambda c, xi: (_step(c, xi, w), None), jnp.zeros((M, N)), x, unroll=True)[0])
+  assert cost.count(unrolled, *_args(5))[1].source == cost.COMPILED
   memory = compiled.memory_analysis()
   assert counted.argument_bytes == memory.argument_size_in_bytes == 4 * (M * K + K * N)
   assert counted.footprint_bytes == (counted.argument_bytes + counted.output_bytes
@@ -101,11 +107,15 @@ def _train_step(microbatches: int, num_devices: int):
 
 
 @pytest.mark.parametrize("num_devices", [1, 2])
-def test_four_microbatches_cost_the_flops_of_one_pass_over_the_batch(num_devices):
+def test_four_microbatches_cost_the_flops_of_one_pass_over_the_batch(num_devices, monkeypatch):
   """The same examples through the same network: k = 4 counts k = 1's FLOPs (up to the k − 1
-  extra gradient sums), where XLA alone counts one micro-batch."""
+  extra gradient sums), as a scan (what accelerators run; XLA alone counts one micro-batch)
+  and unrolled (what the CPU runs)."""
   whole = cost.count(*_train_step(1, num_devices))[1]
-  compiled, four = cost.count(*_train_step(4, num_devices))
-  assert whole.source == cost.COMPILED and four.source == cost.UNROLLED
-  assert four.flops == pytest.approx(whole.flops, rel=0.01)
+  unrolled = cost.count(*_train_step(4, num_devices))[1]
+  monkeypatch.setattr(microbatch, "UNROLLED_ON_CPU", 0)
+  compiled, scanned = cost.count(*_train_step(4, num_devices))
+  assert whole.source == unrolled.source == cost.COMPILED and scanned.source == cost.UNROLLED
+  assert scanned.flops == pytest.approx(whole.flops, rel=0.01)
+  assert unrolled.flops == pytest.approx(whole.flops, rel=0.01)
   assert cost.xla_cost(compiled)["flops"] < 0.5 * whole.flops

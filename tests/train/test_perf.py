@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attention_lab import cost, devices
-from attention_lab.train import compilation_cache, perf, profiling
+from attention_lab.train import compilation_cache, microbatch, perf, profiling
 from attention_lab.train.validation import validate_config
 from tests.events import written_points
 from attention_lab.train import trainer as trainer_lib
@@ -109,17 +109,20 @@ def test_flops_are_per_device_and_the_cpu_count_stands_in(data_dir, tmp_path, mo
   assert stand_in.flops_per_device == pytest.approx(one.flops_per_device / 8, rel=0.03)
 
 
-def test_microbatches_do_the_flops_of_one_pass(data_dir, tmp_path):
-  """TFLOP/s per example with k = 4 micro-batches is k = 1's: the same FLOPs per step (XLA
-  alone counts one micro-batch), so the same rate at the same step time."""
+def test_microbatches_do_the_flops_of_one_pass(data_dir, tmp_path, monkeypatch):
+  """TFLOP/s per example with k = 4 micro-batches is k = 1's: the same FLOPs per step, so the
+  same rate at the same step time; unrolled (the CPU) and as a scan (accelerators), where
+  XLA alone counts one micro-batch."""
   _, _, whole = _speed(data_dir, tmp_path / "k1", mesh={"num_devices": 1})
-  _, _, four = _speed(data_dir, tmp_path / "k4", mesh={"num_devices": 1}, microbatches=4)
-  assert four.flops_per_device == pytest.approx(whole.flops_per_device, rel=0.01)
-  for speed in (whole, four):  # 10 steps in 2 s
+  _, _, unrolled = _speed(data_dir, tmp_path / "k4", mesh={"num_devices": 1}, microbatches=4)
+  monkeypatch.setattr(microbatch, "UNROLLED_ON_CPU", 0)
+  _, _, scanned = _speed(data_dir, tmp_path / "k4s", mesh={"num_devices": 1}, microbatches=4)
+  for speed in (whole, unrolled, scanned):  # 10 steps in 2 s
     scalars = speed.scalars(10, 2.0)
     speed.per_example = (scalars["perf/tflops_per_device"] * scalars["perf/step_seconds"]
                          / speed.global_batch)
-  assert four.per_example == pytest.approx(whole.per_example, rel=0.01)
+  assert unrolled.per_example == pytest.approx(whole.per_example, rel=0.01)
+  assert scanned.per_example == pytest.approx(whole.per_example, rel=0.01)
 
 
 def test_profile_steps_writes_a_trace(finished_run):
