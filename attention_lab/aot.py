@@ -37,7 +37,6 @@ import json
 import os
 import re
 import sys
-import types
 
 import numpy as np
 
