@@ -52,6 +52,8 @@ def program(k: int, unroll: bool):
 
 def main(argv):
   del argv
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip() or "unknown"
   built = {name: program(*spec) for name, spec in PROGRAMS.items()}
   times = measure.time_side_by_side({n: (c, args) for n, (c, _, args) in built.items()},
                                     _REPEATS.value, min_sample_s=1.0)
@@ -64,8 +66,6 @@ def main(argv):
                  "xla_flops_loop_once": cost.xla_cost(compiled)["flops"],
                  "temp_bytes": counted.temp_bytes}
           for name, (compiled, counted, _) in built.items()}
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, check=False).stdout.strip() or "unknown"
   machine = measure.machine()
   lines = [
       "# Micro-batches on the CPU", "",
