@@ -3,8 +3,8 @@
 The papers trained with global batches that fit their clusters (SAO: 640 images
 on 8 GPUs, KAO: 512, AA: 1024-4096). `accumulate` runs such a batch as k
 micro-batches under `jax.lax.scan`, so only one micro-batch's activations are
-alive at a time on a GPU or TPU, and returns what one pass over the whole batch would: the
-gradient of the mean loss and the metrics of every example. Non-parameter
+alive at a time on a GPU or TPU, and returns what one pass over the whole batch
+would: the gradient of the mean loss and the metrics of every example. Non-parameter
 state (BatchNorm running statistics, RNG counters) is threaded through the
 micro-batches in order, as the papers' workers updated it once per step on
 their own share. This is MaxText's `gradient_accumulation_steps` and t5x's
@@ -13,9 +13,9 @@ step on the averaged gradient, inside the same step.
 
 On the CPU, k ≤ UNROLLED_ON_CPU micro-batches run unrolled (the scan lowered as
 straight-line code): XLA:CPU runs the convolutions of a scan's body many times slower
-than the same code unrolled, and unrolled they share the CPU's memory as one pass over
-the batch would (experiments/results/microbatches_cpu.md). On accelerators the scan
-stays: unrolled, XLA:TPU kept every micro-batch's activations alive at once.
+than the same code unrolled, which takes about one pass's memory. On accelerators the
+scan stays: unrolled, XLA:TPU kept every micro-batch's activations alive at once
+(both in experiments/results/microbatches_cpu.md).
 
 A task's train_step:
 
