@@ -17,9 +17,13 @@ Prints, per device: argument, output and temporary bytes from `memory_analysis()
 (arguments + outputs + temporaries − donated aliases = the step's footprint)
 against the device memory, FLOPs and bytes accessed, and a roofline step time
 max(FLOPs / peak, bytes / bandwidth) with the figures of attention_lab/devices.py
-at the config's model dtype. FLOPs and bytes come from the compiled program's
-`cost_analysis()` on a TPU; XLA:GPU gives none, so on a GPU they are those of the
-unpartitioned program (`Lowered.cost_analysis()`) divided by the number of GPUs.
+at the config's model dtype. FLOPs and bytes are attention_lab.cost's count: the
+compiled program's on a TPU, micro-batches counted k times; XLA:GPU gives none, so
+on a GPU the program's on one CPU device divided by the number of GPUs.
+Where the config's BatchNorm groups (`bn_group_size`, the papers' per-GPU batch)
+are larger than each chip's share of a micro-batch, they would span chips, which a
+run refuses: aot compiles with one chip's share as the group and says so
+(`paper_bn_group_size` in the JSON).
 Exit status 1 with one line when it does not fit; 2 on a bad configuration.
 
 Memory is compared with the whole device memory (CUDA's total on a GPU); JAX on a
@@ -33,7 +37,6 @@ import json
 import os
 import re
 import sys
-import types
 
 import numpy as np
 
@@ -79,12 +82,39 @@ def topology_devices(topology: str) -> list:
                      f"{_allowed()}") from None
 
 
-def _model_dtype(config) -> str:
-  return str(config.model.dtype)
+def _target(topology: str, dtype: str) -> tuple[list, dict]:
+  """(the topology's devices, the per-device figures of attention_lab/devices.py at `dtype`)."""
+  devices = topology_devices(topology)
+  kind = devices[0].device_kind
+  device = device_table.lookup(kind)
+  if device is None:
+    raise ValueError(f"--topology = {topology!r}: attention_lab/devices.py has no figures for "
+                     f"{kind!r}")
+  # A dtype without a fast path (bfloat16 on a V100 or a Pascal GPU) runs at the float32 rate.
+  peak_dtype = dtype if device.peak(dtype) else "float32"
+  return devices, {"device_kind": kind, "peak_flops_per_s": device.peak(peak_dtype),
+                   "peak_dtype": peak_dtype, "model_dtype": dtype,
+                   "hbm_bytes": int(device.memory_bytes),
+                   "hbm_bytes_per_s": device.memory_bandwidth}
 
 
-def _lower(config, devices):
-  """(mesh, abstract state, state and batch specs, the lowered train step) of `config` over
+def adapt_bn_groups(config, chips: int) -> int | None:
+  """Where `bn_group_size` is larger than each device's share of a micro-batch on `chips`
+  devices (`mesh.num_devices` of them), the paper's per-GPU groups would span chips (more
+  chips than the paper's GPUs): sets it to that share and returns the paper's group; else
+  None. A run refuses such groups (train/state.py check_batch); aot answers for groups of
+  one chip's share."""
+  used = chips if config.mesh.num_devices == -1 else config.mesh.num_devices
+  share = config.batch_size // config.microbatches // max(used, 1)
+  group = config.bn_group_size
+  if share < 1 or group <= share:
+    return None
+  config.bn_group_size = share
+  return group
+
+
+def _build(config, devices):
+  """(mesh, abstract state, state and batch specs, the jitted train step) of `config` over
   `devices`: the loop's task, jit, shardings and batch (train/state.py), no data read."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding  # pylint: disable=g-import-not-at-top
@@ -98,7 +128,7 @@ def _lower(config, devices):
   state = state_lib.abstract_arrays(train.abstract, train.shardings)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}
-  return mesh, train.abstract, state, batch, train.train_step.lower(state, batch)
+  return mesh, train.abstract, state, batch, train.train_step
 
 
 def compile_lowered(lowered):
@@ -115,80 +145,78 @@ def compile_lowered(lowered):
   return lowered.compile(compiler_options=options), options
 
 
-def analyse(config, topology: str) -> dict:
-  """Compiles `config`'s train step for `topology`; the per-device figures as a dict."""
+def _refused(error: Exception, step, state, batch):
+  """The Cost of a step XLA:TPU refused to compile ("Ran out of memory"): temporaries from its
+  message; arguments and outputs from the shapes (this device's shards of the state, donated
+  so also the outputs, and of the batch); FLOPs and bytes from attention_lab.cost's
+  fallback."""
   import jax  # pylint: disable=g-import-not-at-top
 
-  devices = topology_devices(topology)
-  from attention_lab.train import parameters, state as state_lib  # pylint: disable=g-import-not-at-top
-  from attention_lab.train.validation import validate_config  # pylint: disable=g-import-not-at-top
-  kind = devices[0].device_kind
-  device = device_table.lookup(kind)
-  if device is None:
-    raise ValueError(f"--topology = {topology!r}: attention_lab/devices.py has no figures for "
-                     f"{kind!r}")
-  gpu = devices[0].platform != "tpu"
-  dtype = _model_dtype(config)
-  # A dtype without a fast path (bfloat16 on a V100 or a Pascal GPU) runs at the float32 rate.
-  peak_dtype = dtype if device.peak(dtype) else "float32"
-  peak, hbm, bandwidth = device.peak(peak_dtype), device.memory_bytes, device.memory_bandwidth
-  validate_config(config)
-  mesh, abstract, state, batch, lowered = _lower(config, devices)
-  options = {}
+  from attention_lab import cost  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import state as state_lib  # pylint: disable=g-import-not-at-top
+  shard_bytes = lambda tree: sum(  # pylint: disable=unnecessary-lambda-assignment
+      int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+      for x in jax.tree.leaves(tree) if not state_lib.is_key(x))
+  needed = re.search(r"HLO temporaries \(([\d.]+)([KMGT]?)\)", str(error))
+  temp = float(needed.group(1)) * 1024 ** " KMGT".index(needed.group(2) or " ") if needed else 0
+  counted = cost.on_one_cpu(step, state, batch)
+  return cost.Cost(counted.get("flops"), counted.get("bytes accessed"),
+                   argument_bytes=shard_bytes(state) + shard_bytes(batch),
+                   output_bytes=shard_bytes(state), temp_bytes=int(temp),
+                   alias_bytes=shard_bytes(state), source=cost.LOWERED_CPU)
+
+
+def _compile_and_count(step, state, batch):
+  """(Cost, compiled?, XLA options) of the jitted train step for its devices."""
+  from attention_lab import cost  # pylint: disable=g-import-not-at-top
   try:
-    compiled, options = compile_lowered(lowered)
+    compiled, options = compile_lowered(step.lower(state, batch))
   except Exception as e:  # pylint: disable=broad-except
     if "Ran out of memory" not in str(e):
       raise
-    # XLA:TPU refuses a program that cannot fit; its message gives the temporaries. The
-    # rest from the shapes: per-device shards of state (donated, so also the outputs)
-    # and batch, FLOPs of the unpartitioned program / devices.
-    shard_bytes = lambda tree: sum(  # pylint: disable=unnecessary-lambda-assignment
-        int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-        for x in jax.tree.leaves(tree) if not state_lib.is_key(x))
-    needed = re.search(r"HLO temporaries \(([\d.]+)([KMGT]?)\)", str(e))
-    temp = float(needed.group(1)) * 1024 ** " KMGT".index(needed.group(2) or " ") if needed else 0
-    memory = types.SimpleNamespace(
-        argument_size_in_bytes=shard_bytes(state) + shard_bytes(batch),
-        output_size_in_bytes=shard_bytes(state), alias_size_in_bytes=shard_bytes(state),
-        temp_size_in_bytes=int(temp))
-    cost = dict(lowered.cost_analysis() or {})
-    cost = {k: float(cost.get(k, 0.0)) / mesh.size for k in ("flops", "bytes accessed")}
-    compiled_ok = False
-  else:
-    memory = compiled.memory_analysis()
-    if gpu:  # XLA:GPU reports no costs: the unpartitioned program's (on the CPU), per GPU
-      one_cpu = config.copy_and_resolve_references()
-      one_cpu.mesh.num_devices = 1
-      cost = dict(_lower(one_cpu, jax.devices("cpu")[:1])[4].cost_analysis() or {})
-      cost = {k: float(cost.get(k, 0.0)) / mesh.size for k in ("flops", "bytes accessed")}
-    else:
-      cost = compiled.cost_analysis()
-      cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    compiled_ok = True
-  flops, accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-  # XLA counts a loop's body once: the micro-batch scan runs it `microbatches` times (the
-  # optimizer update, outside it, is then overcounted; it is small beside the passes).
-  flops, accessed = flops * config.microbatches, accessed * config.microbatches
-  total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-           + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
+    return _refused(e, step, state, batch), False, {}
+  return cost.count(step, state, batch, compiled=compiled)[1], True, options
+
+
+def prepare(config, devices, bn_groups_per_chip: bool = True):
+  """(the config compiled, the paper's BatchNorm group where it was adapted or None,
+  `_build`'s (mesh, abstract state, state and batch specs, jitted step)) of `config` over
+  `devices`: the checks, the adaptation and the train step that `analyse` compiles."""
+  from attention_lab.train.validation import validate_config  # pylint: disable=g-import-not-at-top
+  validate_config(config)
+  config = config.copy_and_resolve_references()
+  paper_group = adapt_bn_groups(config, len(devices)) if bn_groups_per_chip else None
+  return config, paper_group, _build(config, devices)
+
+
+def _optimizer(config):
+  return config.optimizer if "optimizer" in config else config.g_optimizer
+
+
+def analyse(config, topology: str, bn_groups_per_chip: bool = True) -> dict:
+  """Compiles `config`'s train step for `topology`; the per-device figures as a dict.
+  `bn_groups_per_chip`: where the config's BatchNorm groups would span chips, compile with
+  one chip's share as the group (`adapt_bn_groups`) and say so (`paper_bn_group_size`)."""
+  from attention_lab.train import parameters  # pylint: disable=g-import-not-at-top
+  devices, target = _target(topology, str(config.model.dtype))
+  config, paper_group, (mesh, abstract, state, batch, step) = prepare(
+      config, devices, bn_groups_per_chip)
+  counted, compiled, options = _compile_and_count(step, state, batch)
+  flops, accessed = counted.flops or 0.0, counted.bytes_accessed or 0.0
   return {
-      "topology": topology, "device_kind": kind, "chips": mesh.size,
+      "topology": topology, "device_kind": target["device_kind"], "chips": mesh.size,
       "global_batch": config.batch_size, "microbatches": config.microbatches,
-      "bn_group_size": config.bn_group_size, "mu_dtype": (config.optimizer if "optimizer" in config else config.g_optimizer).mu_dtype
-      or "params",
-      "argument_bytes": int(memory.argument_size_in_bytes),
-      "output_bytes": int(memory.output_size_in_bytes),
-      "temp_bytes": int(memory.temp_size_in_bytes),
-      "alias_bytes": int(memory.alias_size_in_bytes),
-      "total_bytes": int(total), "hbm_bytes": int(hbm),
-      "fits": bool(compiled_ok and total <= hbm), "compiled": compiled_ok,
-      "flops": flops, "bytes_accessed": accessed,
-      "peak_flops_per_s": peak, "peak_dtype": peak_dtype, "model_dtype": dtype,
-      "hbm_bytes_per_s": bandwidth, "compiler_options": options,
-      "cost_source": ("unpartitioned program / devices" if gpu or not compiled_ok
-                      else "compiled program"),
-      "step_time_s": max(flops / peak, accessed / bandwidth),
+      "bn_group_size": config.bn_group_size,
+      **({"paper_bn_group_size": paper_group} if paper_group else {}),
+      "mu_dtype": _optimizer(config).mu_dtype or "params",
+      "argument_bytes": counted.argument_bytes, "output_bytes": counted.output_bytes,
+      "temp_bytes": counted.temp_bytes, "alias_bytes": counted.alias_bytes,
+      "total_bytes": counted.footprint_bytes,
+      "fits": bool(compiled and counted.footprint_bytes <= target["hbm_bytes"]),
+      "compiled": compiled, "flops": flops, "bytes_accessed": accessed,
+      "compiler_options": options, "cost_source": counted.source, **target,
+      "step_time_s": max(flops / target["peak_flops_per_s"],
+                         accessed / target["hbm_bytes_per_s"]),
       "parameters": parameters.count_parameters(abstract),
   }
 
@@ -202,6 +230,8 @@ def report(r: dict) -> str:
       f"({r['global_batch'] // r['chips']} per device"
       + (f", {r['microbatches']} micro-batches" if r.get("microbatches", 1) > 1 else "")
       + (f", BatchNorm groups of {r['bn_group_size']}" if r.get("bn_group_size") else "")
+      + (f": one chip's share, the config's {r['paper_bn_group_size']} would span chips"
+         if r.get("paper_bn_group_size") else "")
       + (f", first moment in {r['mu_dtype']}" if r.get("mu_dtype", "params") != "params" else "")
       + f"), {r['parameters']:,} parameters",
       f"per device: arguments {gib(r['argument_bytes'])} + outputs {gib(r['output_bytes'])} + "
@@ -213,7 +243,7 @@ def report(r: dict) -> str:
       f"{r['peak_flops_per_s'] / 1e12:g} TFLOP/s ({r['peak_dtype']}) and "
       f"{r['hbm_bytes_per_s'] / 1e9:g} GB/s" + (
           "" if r["cost_source"] == "compiled program" else
-          " (FLOPs and bytes: the unpartitioned program's / devices)"),
+          f" (FLOPs and bytes: {r['cost_source']}; see attention_lab/cost.py)"),
   ] + ([f"compiled with {r['compiler_options']} (XLA:GPU's Triton GEMM tiling failed)"]
        if r.get("compiler_options") else []))
 
@@ -227,7 +257,7 @@ def smallest_microbatches(config, topology: str) -> dict | None:
     trial = config.copy_and_resolve_references()
     trial.microbatches = k
     try:
-      result = analyse(trial, topology)
+      result = analyse(trial, topology, bn_groups_per_chip=False)
     except ValueError:  # the groups no longer fit a device's share of a micro-batch
       return None
     if result["fits"]:

@@ -141,6 +141,9 @@ def _row(config: str, topology: str, r: dict | None, note: str | None) -> str:
   if r is None:
     return start + "not compiled |" + " |" * 9
   rounded = f" (config: {r['config_batch']})" if "config_batch" in r else ""
+  if "paper_bn_group_size" in r:  # aot's groups of one chip's share
+    rounded += (f" (BN groups of {r['bn_group_size']}: the config's "
+                f"{r['paper_bn_group_size']} span chips)")
   cublas = " (GEMMs on cuBLAS‡)" if r.get("compiler_options") else ""
   gib = lambda key: f"{r[key] / measure.GIB:.2f}"
   return start + (

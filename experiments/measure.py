@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from absl import app
 from flax import nnx
 
-from attention_lab import cli, devices
+from attention_lab import cli, cost, devices
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results"
@@ -147,23 +147,25 @@ def short_commit(sha: str | None) -> str:
 
 
 def accounting(compiled) -> dict:
-  """XLA's cost_analysis (flops, bytes accessed) and memory_analysis of a compiled program;
-  peak = temporaries + arguments + outputs − aliased (donated) bytes."""
-  mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
-  cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
-  acct = {"xla_flops": float(cost.get("flops", float("nan"))),
-          "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
-          "temp_bytes": int(mem.temp_size_in_bytes), "arg_bytes": int(mem.argument_size_in_bytes),
-          "out_bytes": int(mem.output_size_in_bytes), "alias_bytes": int(mem.alias_size_in_bytes)}
+  """attention_lab.cost's count of a compiled program, a loop body once (`compile_fn` counts
+  every trip): xla_flops and xla_bytes_accessed (NaN without a count), and memory; total =
+  temporaries + arguments + outputs, peak = total − aliased (donated) bytes."""
+  c = cost.of_compiled(compiled)
+  acct = {"xla_flops": float("nan") if c.flops is None else c.flops,
+          "xla_bytes_accessed": float("nan") if c.bytes_accessed is None else c.bytes_accessed,
+          "temp_bytes": c.temp_bytes, "arg_bytes": c.argument_bytes, "out_bytes": c.output_bytes,
+          "alias_bytes": c.alias_bytes}
   acct["total_bytes"] = acct["temp_bytes"] + acct["arg_bytes"] + acct["out_bytes"]
-  acct["peak_bytes"] = acct["total_bytes"] - acct["alias_bytes"]
+  acct["peak_bytes"] = c.footprint_bytes
   return acct
 
 
 def compile_fn(fn: Callable, *args, donate_argnums=()):
-  """Compiles fn for args (arrays or ShapeDtypeStructs); returns (compiled, XLA accounting)."""
-  compiled = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
-  return compiled, accounting(compiled)
+  """Compiles fn for args (arrays or ShapeDtypeStructs); returns (compiled, `accounting`) with
+  FLOPs and bytes counted by attention_lab.cost.count: every scan once per trip."""
+  compiled, c = cost.count(jax.jit(fn, donate_argnums=donate_argnums), *args)
+  counted = {"xla_flops": c.flops, "xla_bytes_accessed": c.bytes_accessed}
+  return compiled, {**accounting(compiled), **{k: v for k, v in counted.items() if v is not None}}
 
 
 def sub_jaxprs(eqn):

@@ -41,10 +41,7 @@ TARGETS = {"h100": "1×H100 80 GB", "rtx_4090": "1×RTX 4090 24 GB", "v5e:2x4": 
            "v5e:4x4": "v5e 4x4 (16 chips)"}
 KINDS = {"h100": "H100", "rtx_4090": "RTX 4090", "v5e:2x4": "TPU v5 lite", "v5e:4x4": "TPU v5 lite"}
 PATH = measure.RESULTS / "recipes_on_small_hardware"
-# aot's refusals of BatchNorm groups larger than one device's share of the batch, and of a
-# batch that the chips do not divide.
-_SPANNING_GROUPS = re.compile(
-    r"bn_group_size = (?P<paper>\d+): must be 0 .* devices = (?P<share>\d+)\)")
+# aot's refusal of a batch that the chips do not divide.
 _FEW_EXAMPLES = re.compile(
     r"batch_size = (?P<batch>\d+): must be divisible by the number of devices in the mesh "
     r"\((?P<chips>\d+)\)")
@@ -70,18 +67,18 @@ def _aot(config: str, target: str, *overrides: str) -> tuple[dict | None, str]:
 
 def cell(config: str, target: str) -> dict:
   """The aot figures of `config` on `target` at the smallest k that fits (or why not). Where
-  the paper's BatchNorm groups would span chips (more chips than the paper's GPUs), the cell
-  is compiled with groups of one chip's share instead; where the chips do not divide the
-  paper's batch, on as many chips as do; and says so."""
+  the chips do not divide the paper's batch, compiled on as many chips as do; where the
+  paper's BatchNorm groups would span chips (more chips than the paper's GPUs), aot compiles
+  with groups of one chip's share instead; the cell says so."""
   r, last = _aot(config, target)
   adapted = {}
   if r is None and (few := _FEW_EXAMPLES.search(last)):
     used = math.gcd(int(few["batch"]), int(few["chips"]))
     r, last = _aot(config, target, f"--config.mesh.num_devices={used}")
     adapted = {"chips_used": used, "chips_in_slice": int(few["chips"])}
-  if r is None and (share := _SPANNING_GROUPS.search(last)):
-    r, last = _aot(config, target, f"--config.bn_group_size={share['share']}")
-    adapted = {"bn_group_size": int(share["share"]), "paper_bn_group_size": int(share["paper"])}
+  if r is not None and "paper_bn_group_size" in r:
+    adapted.update(bn_group_size=r["bn_group_size"],
+                   paper_bn_group_size=r["paper_bn_group_size"])
   if r is None:
     return {"error": last.removeprefix("error: ").removesuffix(" (--debug shows the traceback)")
             [:300]}

@@ -4,6 +4,7 @@ each skipped without its compiler. The shipped GPU target configs agree with the
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import re
@@ -87,8 +88,9 @@ def test_the_smallest_number_of_microbatches_that_fits(monkeypatch):
   from configs import default  # pylint: disable=g-import-not-at-top
   tried = []
 
-  def analyse(config, topology):
+  def analyse(config, topology, bn_groups_per_chip):
     del topology
+    assert not bn_groups_per_chip  # the trials keep the groups aot compiled with
     tried.append(config.microbatches)
     if config.batch_size // config.microbatches % max(config.bn_group_size, 1):
       raise ValueError("bn_group_size must divide each device's share")
@@ -234,3 +236,107 @@ def test_a_table_of_named_rows_keeps_every_other_row_from_its_json(tmp_path, mon
   assert sum("not compiled" in r for r in rows) == len(rows) - 1
   (result,) = json.loads((tmp_path / "aot_gpu.json").read_text())
   assert result["config"] == "configs/sanet/care_flywing.py" and result["topology"] == "h100"
+
+
+def test_batch_norm_groups_that_would_span_chips_become_one_chips_share():
+  """The paper's per-GPU groups on more chips than the paper's GPUs: aot compiles with one
+  chip's share as the group and says so; a run still refuses them (train/state.py)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_lab import cli  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import state as state_lib  # pylint: disable=g-import-not-at-top
+  config = cli.load_config("configs/default.py:tiny")  # batch 16
+  config.bn_group_size = 8
+  with pytest.raises(ValueError, match=r"^bn_group_size = 8: must be 0 .* devices = 4\)"):
+    state_lib.check_batch(config, state_lib.make_mesh(config, jax.devices()[:4]))
+  compiled, paper, (mesh, _, state, batch, step) = aot.prepare(config, jax.devices()[:4])
+  assert (paper, compiled.bn_group_size, mesh.size, config.bn_group_size) == (8, 4, 4, 8)
+  step.lower(state, batch)
+  for group, chips, microbatches in ((8, 2, 1), (4, 4, 1), (0, 8, 1), (8, 2, 2)):
+    config.bn_group_size, config.microbatches = group, microbatches
+    adapted = config.copy_and_resolve_references()
+    expected = 16 // microbatches // chips if group > 16 // microbatches // chips else None
+    assert aot.adapt_bn_groups(adapted, chips) == (group if expected else None)
+    assert adapted.bn_group_size == (expected or group)
+  r = {"topology": "v5e:4x4", "chips": 16, "device_kind": "TPU v5 lite", "global_batch": 640,
+       "bn_group_size": 40, "paper_bn_group_size": 80, "parameters": 1}
+  assert ("global batch 640 (40 per device, BatchNorm groups of 40: one chip's share, the "
+          "config's 80 would span chips), 1 parameters") in aot.report({
+              **r, "argument_bytes": 0, "output_bytes": 0, "temp_bytes": 0, "alias_bytes": 0,
+              "total_bytes": 0, "hbm_bytes": 1, "fits": True, "flops": 0, "bytes_accessed": 0,
+              "step_time_s": 0, "peak_flops_per_s": 1e12, "peak_dtype": "bfloat16",
+              "hbm_bytes_per_s": 1e9, "cost_source": "compiled program"})
+
+
+def _documented_aot_commands() -> list[list[str]]:
+  """The argv of every `python -m attention_lab.aot` command that README.md, the config
+  docstrings and aot's own docstring show (tests/test_documented_commands.py's reading)."""
+  # pylint: disable=protected-access
+  from tests import test_documented_commands as documented  # pylint: disable=g-import-not-at-top
+  commands = []
+  for text in [text for _, text in documented._sources()] + [aot.__doc__]:
+    for command in documented._command_texts(text):
+      module, variants = documented._variants(command)
+      commands += [[a for a in argv if not a.startswith("--json")] for argv in variants
+                   if module == "attention_lab.aot" and argv not in commands]
+  return commands
+
+
+AOT_COMMANDS = _documented_aot_commands()
+
+
+def _chips(topology: str) -> int:
+  """A topology's device count, read from its name (no libtpu or CUDA plugin needed): TPU
+  v4 and newer have one JAX device per chip."""
+  if ":" not in topology:
+    return int(re.fullmatch(r"[a-z0-9_]+?(?:x(\d+))?", topology).group(1) or 1)
+  version, shape = topology.split(":")
+  assert version in ("v4", "v5e", "v5p", "v6e"), topology
+  return math.prod(map(int, shape.split("x")))
+
+
+# aot's checks and lowering of a documented command over the CPU devices of the process.
+LOWER = """
+import sys
+import jax
+from attention_lab import aot
+from tests.test_documented_commands import parsed_config
+config, paper, (mesh, _, state, batch, step) = aot.prepare(parsed_config(sys.argv[1:]),
+                                                           jax.devices())
+step.lower(state, batch)
+print("lowered over", mesh.size, "devices, BatchNorm groups", config.bn_group_size,
+      "adapted from", paper)
+"""
+
+
+def test_the_documented_aot_commands_are_collected():
+  assert all(a[1].startswith("--topology=") for a in AOT_COMMANDS)
+  assert ["--config=configs/sanet/imagenet.py", "--topology=v5e:4x4"] in AOT_COMMANDS
+  assert ["--config=configs/isa/cifar10.py", "--topology=h100"] in AOT_COMMANDS
+
+
+@pytest.mark.parametrize("argv", AOT_COMMANDS, ids=" ".join)
+def test_documented_aot_command_on_its_topologys_device_count(argv):
+  """Without the target's compiler: aot's checks, BatchNorm adaptation and lowering over as
+  many (CPU) devices as the topology has, in a process with that many."""
+  topology = next(a.split("=", 1)[1] for a in argv if a.startswith("--topology="))
+  chips = _chips(topology)
+  env = {**_env(), "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO),
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={chips}"}
+  result = subprocess.run([sys.executable, "-c", LOWER, *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=900, env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f"lowered over {chips} devices" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(a, marks=needs_libtpu if ":" in a[1] else needs_cuda_plugin, id=" ".join(a))
+    for a in AOT_COMMANDS])
+def test_documented_aot_command_compiles_for_its_target(argv, tmp_path):
+  """The real command with the target's compiler: an answer (fits, exit 0; does not fit,
+  exit 1), never a refused configuration (exit 2)."""
+  result = subprocess.run([sys.executable, "-m", "attention_lab.aot", *argv,
+                           f"--json={tmp_path / 'out.json'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=3000, env=_env())
+  assert result.returncode in (0, 1), result.stderr[-3000:]
+  r = json.loads((tmp_path / "out.json").read_text())
+  assert r["chips"] == _chips(r["topology"]) and r["compiled"]

@@ -3,13 +3,19 @@
 The papers trained with global batches that fit their clusters (SAO: 640 images
 on 8 GPUs, KAO: 512, AA: 1024-4096). `accumulate` runs such a batch as k
 micro-batches under `jax.lax.scan`, so only one micro-batch's activations are
-alive at a time, and returns what one pass over the whole batch would: the
-gradient of the mean loss and the metrics of every example. Non-parameter
+alive at a time on a GPU or TPU, and returns what one pass over the whole batch
+would: the gradient of the mean loss and the metrics of every example. Non-parameter
 state (BatchNorm running statistics, RNG counters) is threaded through the
 micro-batches in order, as the papers' workers updated it once per step on
 their own share. This is MaxText's `gradient_accumulation_steps` and t5x's
 `num_microbatches`; unlike optax.MultiSteps, the optimizer is applied once per
 step on the averaged gradient, inside the same step.
+
+On the CPU, k ≤ UNROLLED_ON_CPU micro-batches run unrolled (the scan lowered as
+straight-line code): XLA:CPU runs the convolutions of a scan's body many times slower
+than the same code unrolled, which takes about one pass's memory. On accelerators the
+scan stays: unrolled, XLA:TPU kept every micro-batch's activations alive at once
+(both in experiments/results/microbatches_cpu.md).
 
 A task's train_step:
 
@@ -29,6 +35,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from clu import metrics
+
+
+UNROLLED_ON_CPU = 8  # the most micro-batches unrolled on the CPU (compile time grows with k)
+
+
+def _platform(batch) -> str:
+  """The platform `batch` is placed on as traced (its abstract mesh), else JAX's default."""
+  for leaf in jax.tree.leaves(batch):
+    mesh = getattr(getattr(jax.typeof(leaf), "sharding", None), "mesh", None)
+    device = getattr(mesh, "abstract_device", None)
+    if device is not None:
+      return device.platform
+  return jax.default_backend()
 
 
 def _check(batch, microbatches):
@@ -68,8 +87,8 @@ def _combine(stacked, microbatches: int):
   return jax.tree.map(one, stacked, is_leaf=_is_metric)
 
 
-def accumulate(grad_fn: Callable, params, carry, batch, microbatches: int
-               ) -> tuple[Any, tuple[Any, Any]]:
+def accumulate(grad_fn: Callable, params, carry, batch, microbatches: int,
+               unroll: bool | None = None) -> tuple[Any, tuple[Any, Any]]:
   """grad_fn's (grads, (carry, out)) for the whole batch, run as `microbatches` pieces.
 
   Args:
@@ -84,6 +103,8 @@ def accumulate(grad_fn: Callable, params, carry, batch, microbatches: int
     batch: pytree of (B, ...) arrays; B divisible by `microbatches`.
     microbatches: k ≥ 1. k = 1 calls grad_fn once, the computation without
       micro-batches; k > 1 scans over `split(batch, k)`.
+    unroll: whether the scan is lowered unrolled; None: on the CPU for
+      k ≤ UNROLLED_ON_CPU, not elsewhere (see the module docstring).
 
   Returns:
     (the mean of the k gradients, which is the gradient of the whole batch's
@@ -100,6 +121,9 @@ def accumulate(grad_fn: Callable, params, carry, batch, microbatches: int
     return (jax.tree.map(jnp.add, total, grads), carry), out
 
   zeros = jax.tree.map(jnp.zeros_like, params)
-  (total, carry), outs = jax.lax.scan(body, (zeros, carry), split(batch, microbatches))
+  if unroll is None:
+    unroll = microbatches <= UNROLLED_ON_CPU and _platform(batch) == "cpu"
+  (total, carry), outs = jax.lax.scan(body, (zeros, carry), split(batch, microbatches),
+                                      unroll=bool(unroll))
   grads = jax.tree.map(lambda g: g / microbatches, total)
   return grads, (carry, _combine(outs, microbatches))

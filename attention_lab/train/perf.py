@@ -1,13 +1,11 @@
 """Speed in every run: examples/s, step time, achieved FLOP/s per device and MFU.
 
-FLOPs per step come from XLA's cost analysis of the compiled train step. For a program
-partitioned over a mesh, XLA compiles one per-device program, so the count is per
-device (checked: the default experiment's step on 8 CPU devices counts 1/8 of its
-1-device count, within 1%). Where the backend gives no count (GPU), the same step is
-compiled for one CPU device and its count divided by the mesh size (data parallel: every
-device does an equal share). XLA counts a multiply-add as 2 FLOPs, as the peak figures
-do, and also counts elementwise work, so this is the hardware's FLOP rate rather than a
-model-only count; a `while` loop's body (lax.scan, fori_loop) is counted once.
+FLOPs per step per device are those of the compiled train step as attention_lab.cost counts
+them: XLA's count of the program on each device, every scan (the micro-batches of
+`config.microbatches`, static fori_loops) counted once per trip, and where the backend gives
+no count (GPU) the step on one CPU device divided by the mesh size. XLA counts a
+multiply-add as 2 FLOPs, as the peak figures do, and also counts elementwise work, so this
+is the hardware's FLOP rate rather than a model-only count.
 
 MFU = achieved FLOP/s per device / the device's peak at `config.model.dtype`, from the
 table in attention_lab.devices; none on a CPU or an unknown device.
@@ -15,42 +13,9 @@ table in attention_lab.devices; none on a CPU or an unknown device.
 
 import dataclasses
 
-import jax
 from absl import logging
-from jax.sharding import NamedSharding
 
-from attention_lab import devices
-from attention_lab.train import state as state_lib
-
-
-def compiled_flops(compiled) -> float | None:
-  """FLOPs of one call of a compiled program, per device; None when XLA gives none."""
-  try:
-    cost = compiled.cost_analysis()
-  except Exception:  # pylint: disable=broad-except
-    return None
-  if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
-    cost = cost[0] if cost else None
-  flops = (cost or {}).get("flops")
-  return float(flops) if flops and flops > 0 else None
-
-
-def _cpu_flops(task, state, batch, num_devices: int) -> float | None:
-  """The train step's FLOPs per device, from a compile of the same step for one CPU
-  device (the whole global batch), divided by `num_devices`."""
-  try:
-    cpu_mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,),
-                             devices=jax.devices("cpu")[:1])
-    shardings = state_lib.state_shardings(state, cpu_mesh, "replicated")
-    one = NamedSharding(cpu_mesh, jax.sharding.PartitionSpec())
-    flops = compiled_flops(state_lib.jit_train_step(task, shardings).lower(
-        state_lib.abstract_arrays(state, shardings),
-        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), batch),
-    ).compile())
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning("no FLOP count for the train step: the CPU compile failed: %s", e)
-    return None
-  return flops / num_devices if flops else None
+from attention_lab import cost, devices
 
 
 @dataclasses.dataclass
@@ -64,12 +29,15 @@ class Speed:
   @classmethod
   def of_step(cls, task, train_step, state, batch, mesh, config) -> "Speed":
     """Compiles `train_step` for (state, batch) once, for its FLOP count; the loop's first
-    call then finds the compiled program in JAX's cache (no second compile)."""
-    # A train step that is not a jitted function (e.g. wrapped by a caller) has no count.
+    call then finds the compiled program in JAX's cache (no second compile). `task` is
+    unused: the step's own function stands in on the CPU where the device gives no count."""
+    del task
     flops = None
-    if hasattr(train_step, "lower"):
-      flops = (compiled_flops(train_step.lower(state, batch).compile())
-               or _cpu_flops(task, state, batch, mesh.size))
+    if hasattr(train_step, "trace"):  # a jitted step; one wrapped by a caller has no count
+      try:
+        flops = cost.count(train_step, state, batch)[1].flops
+      except Exception as e:  # pylint: disable=broad-except  # speed is not worth a failed run
+        logging.warning("no FLOP count for the train step: %s", e)
     peak = devices.peak_flops(mesh.devices.flat[0].device_kind, config.model.dtype)
     return cls(config.batch_size, mesh.size, flops, peak)
 

@@ -18,26 +18,22 @@ def test_cells_markdown_and_plot(tmp_path):
 
 
 def test_groups_spanning_chips_and_too_small_batches_are_compiled_as_they_can_run(monkeypatch):
-  """aot refuses the paper's groups on more chips than the paper's GPUs, and a batch the chips
-  do not divide: the cell is compiled again with one chip's share as the group, or on as many
-  chips as divide the batch, and says so."""
-  refusal = ("error: bn_group_size = 80: must be 0 (the whole batch) or divide each device's "
-             "share of a micro-batch (batch_size 640 / microbatches 1 / 16 devices = 40) "
-             "(--debug shows the traceback)")
+  """aot compiles the paper's groups on more chips than the paper's GPUs as groups of one
+  chip's share, and refuses a batch the chips do not divide: the cell is then compiled on as
+  many chips as divide the batch; the cell says which."""
   calls = []
 
   def aot(config, target, *overrides):
     calls.append(overrides)
-    if not overrides:
-      return None, refusal
     return {"fits": True, "microbatches": 1, "total_bytes": 3 * 2**30, "step_time_s": 0.05,
-            "global_batch": 640, "chips": 16}, ""
+            "global_batch": 640, "chips": 16, "bn_group_size": 40,
+            "paper_bn_group_size": 80}, ""
 
   monkeypatch.setattr(recipes, "_aot", aot)
   c = recipes.cell("configs/sanet/imagenet.py", "v5e:4x4")
-  assert calls == [(), ("--config.bn_group_size=40",)]
-  assert recipes.text(c) == ("k=1: 3.0 GiB, 50 ms (BN groups of 40 per chip: the paper's 80 "
-                             "would span chips)")
+  assert calls == [()]
+  assert (c["bn_group_size"], c["paper_bn_group_size"], c["k"]) == (40, 80, 1)
+  assert "BN groups of 40 per chip" in recipes.text(c)
   few = ("error: batch_size = 8: must be divisible by the number of devices in the mesh (16) "
          "(--debug shows the traceback)")
   figures = {"fits": True, "microbatches": 1, "total_bytes": 2**30, "step_time_s": 0.03}

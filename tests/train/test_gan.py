@@ -242,7 +242,7 @@ def test_generator_runs_on_its_share_of_the_batch():
 
   def temporaries(n):
     config = tiny(None, **{"mesh.num_devices": n, "batch_size": 4 * n})
-    lowered = aot._lower(config, jax.devices()[:n])[4]  # pylint: disable=protected-access
-    return lowered.compile().memory_analysis().temp_size_in_bytes
+    _, _, (_, _, state, batch, step) = aot.prepare(config, jax.devices()[:n])
+    return step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
 
   assert temporaries(4) <= 1.1 * temporaries(1)

@@ -54,12 +54,14 @@ def _model(batch_norm):
   return nnx.split(MLP(batch_norm, nnx.Rngs(0)), nnx.Param, ...)
 
 
-def test_four_microbatches_equal_one_batch_after_three_sgd_steps():
+@pytest.mark.parametrize("unroll", [False, True])  # a scan (accelerators), unrolled (CPU)
+def test_four_microbatches_equal_one_batch_after_three_sgd_steps(unroll):
   graphdef, params, rest = _model(batch_norm=False)
   grad_fn, tx = _grad_fn(graphdef), optax.sgd(0.1, momentum=0.9)
 
   def step(params, opt_state, batch, k):
-    grads, (_, (values, loss)) = microbatch.accumulate(grad_fn, params, rest, batch, k)
+    grads, (_, (values, loss)) = microbatch.accumulate(grad_fn, params, rest, batch, k,
+                                                       unroll=unroll)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, values, loss
 
@@ -83,11 +85,13 @@ def test_four_microbatches_equal_one_batch_after_three_sgd_steps():
     assert four["top1"] == one["top1"]
 
 
-def test_batch_norm_statistics_advance_once_per_microbatch():
+@pytest.mark.parametrize("unroll", [False, True])
+def test_batch_norm_statistics_advance_once_per_microbatch(unroll):
   graphdef, params, rest = _model(batch_norm=True)
   grad_fn, batch = _grad_fn(graphdef), _batch(jax.random.key(3), 6)
   grads, (new_rest, (values, _)) = jax.jit(
-      lambda p, r, b: microbatch.accumulate(grad_fn, p, r, b, 2))(params, rest, batch)
+      lambda p, r, b: microbatch.accumulate(grad_fn, p, r, b, 2, unroll=unroll))(
+          params, rest, batch)
   # Two sequential steps over the strided micro-batches, gradients averaged.
   parts = [jax.tree.map(lambda x, i=i: x[i::2], batch) for i in range(2)]
   g0, (r0, _) = grad_fn(params, rest, parts[0])
@@ -118,6 +122,21 @@ def test_one_microbatch_is_the_plain_computation():
   four = jax.make_jaxpr(lambda p, r, b: microbatch.accumulate(grad_fn, p, r, b, 4))(
       params, rest, batch)
   assert "scan" in str(four)
+
+
+def _loops(k, unroll=None, size=16):
+  graphdef, params, rest = _model(batch_norm=True)
+  return jax.jit(lambda p, r, b: microbatch.accumulate(_grad_fn(graphdef), p, r, b, k, unroll)
+                 ).lower(params, rest, _batch(jax.random.key(0), size)).as_text().count(
+                     "stablehlo.while")
+
+
+def test_on_the_cpu_small_k_is_unrolled_and_large_k_a_scan():
+  """XLA:CPU runs a scan's convolutions many times slower than unrolled code; accelerators
+  keep the scan (tests/test_aot.py: a TPU step at k = 2 has its loop)."""
+  assert _loops(1) == _loops(4) == _loops(microbatch.UNROLLED_ON_CPU) == 0
+  assert _loops(4, unroll=False) == 1
+  assert _loops(2 * microbatch.UNROLLED_ON_CPU, size=32) == 1
 
 
 def test_split_is_strided():
