@@ -94,6 +94,18 @@ def test_the_fallback_is_one_cpu_device_over_the_devices(monkeypatch):
   assert fallback.temp_bytes == partitioned.temp_bytes  # memory: the compiled program's
 
 
+def test_a_gpu_count_is_never_taken_from_xla_gpu(monkeypatch):
+  """XLA:GPU counts no FLOPs for the GEMMs it hands to cuBLAS: on a GPU the count is the
+  CPU fallback's even where the compiled program's analysis gives a number."""
+  x, w = _args(6)
+  on_cpu = cost.count(jax.jit(_scan), x, w)[1]
+  monkeypatch.setattr(cost, "_platform", lambda args: "gpu")
+  compiled, on_gpu = cost.count(jax.jit(_scan), x, w)
+  assert on_gpu.source == cost.LOWERED_CPU
+  assert on_gpu.flops == pytest.approx(on_cpu.flops, rel=0.02)
+  assert cost.of_compiled(compiled).flops is None
+
+
 def _train_step(microbatches: int, num_devices: int):
   config = default.get_config("tiny")
   config.update(microbatches=microbatches, batch_size=32)
