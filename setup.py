@@ -39,7 +39,7 @@ setuptools.setup(
         # The peer libraries the tests hold our ports to (torch reads and writes the .pth
         # files; torchvision's ResNet, pytorch-fid's Inception, torch-fidelity's IS and KID).
         # They run on the CPU.
-        "peers": ["torch>=2.4", "torchvision>=0.19", "pytorch-fid>=0.3", "torch-fidelity>=0.3"],
+        "peers": ["torch>=2.4", "torchvision>=0.19", "pytorch-fid>=0.3", "torch-fidelity>=0.4"],
         # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
         # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
         "tpu": ["jax[tpu]>=0.10.2,<0.12"],
