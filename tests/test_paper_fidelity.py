@@ -64,7 +64,7 @@ def test_voc_deeplab_recipe_is_kao_section_5():
   stride = config.model.output_stride
   assert config.dataset.crop_size % stride == config.dataset.eval_size % stride == 1
   assert config.dataset.eval_size >= 500  # VOC 2012's largest side: never downscaled
-  assert config.eval.scales == (1.0,) and not config.eval.flip
+  assert task.eval_scales == (1.0,) and not task.eval_flip  # what its evaluation runs
 
 
 def test_coordconv_concatenates_x_y_r():
@@ -110,7 +110,8 @@ def test_ham_knobs_are_reachable_by_overrides():
   assert model.hamburger.lower.out_features == int(256 * width)  # d, scaled like C
   assert model.hamburger.lower.in_features == int(512 * width)  # C unchanged
   assert model.hamburger.temperature == 0.1 and model.hamburger.rank == 8
-  default = model_stats.build_abstract("hamnet", 5, **_model_options(voc_hamnet.get_config("tiny")))
+  default = model_stats.build_abstract("hamnet", 5,
+                                       **_model_options(voc_hamnet.get_config("tiny")))
   lower = default.hamburger.lower  # the paper's d = C at any width
   assert lower.out_features == lower.in_features == int(512 * width)
 

@@ -42,7 +42,7 @@ def test_groups_spanning_chips_and_too_small_batches_are_compiled_as_they_can_ru
   assert calls == [(), ("--config.bn_group_size=40",)]
   assert c == pytest.approx({"k": 1, "gib": 3.0, "ms": 50.0, "batch": 640, "chips": 16,
                              "bn_group_size": 40, "paper_bn_group_size": 80})
-  assert {"k=1", "40", "80"} <= set(re.findall(r"k=\d+|\d+", recipes.text(c)))  # the text gives them
+  assert {"k=1", "40", "80"} <= set(re.findall(r"k=\d+|\d+", recipes.text(c)))  # it says so
   few = ("error: batch_size = 8: must be divisible by the number of devices in the mesh (16) "
          "(--debug shows the traceback)")
   figures = {"fits": True, "microbatches": 1, "total_bytes": 2**30, "step_time_s": 0.03}
