@@ -12,8 +12,8 @@ from flax import nnx
 
 from attention_lab.checkpoints import backbone_weights, torch_resnet
 from attention_lab.models.resnet import ResNetBackbone
-from tests.checkpoints import resnet_reference as ref
 from tests import peers
+from tests.checkpoints import resnet_reference as ref
 
 
 def load(path, depth=14, width=0.125, **options):

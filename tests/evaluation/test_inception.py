@@ -76,8 +76,8 @@ def test_bad_weights_and_images_are_rejected():
 def test_equals_pytorch_fid_on_the_same_weights(tmp_path, monkeypatch):
   """Our port against pytorch-fid's own InceptionV3([3]) (resize_input and normalize_input
   on), both with the same random weights: pytorch-fid builds its network as always, with
-  its weight download replaced by our tensors; we read the file torch saved. Runs where the
-  optional `torch` and `pytorch-fid` are installed."""
+  its weight download replaced by our tensors; we read the file torch saved. Needs the
+  peers extra (torch, pytorch-fid)."""
   torch = peers.require("torch")
   fid_module = peers.require("pytorch_fid.inception", "pytorch-fid")
   weights = inception.random_weights(3)
