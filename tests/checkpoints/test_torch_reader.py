@@ -21,6 +21,7 @@ import pytest
 from attention_lab.checkpoints import UnsupportedCheckpointError
 from attention_lab.checkpoints import load_torch_checkpoint
 from attention_lab.checkpoints import load_torch_state_dict
+from tests import peers
 
 _STORAGE_NAMES = {
     np.dtype(np.float32): "FloatStorage", np.dtype(np.float64): "DoubleStorage",
@@ -295,7 +296,7 @@ def test_rejects_code_and_corrupt_files(tmp_path):
 
 @pytest.mark.parametrize("legacy", [False, True])
 def test_matches_real_torch_save(tmp_path, legacy):
-  torch = pytest.importorskip("torch")
+  torch = peers.require("torch")
   torch.manual_seed(0)
   model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3), torch.nn.BatchNorm2d(5),
                               torch.nn.Linear(7, 3))

@@ -12,6 +12,7 @@ from flax import nnx
 
 from attention_lab.checkpoints import backbone_weights, torch_resnet
 from attention_lab.models.resnet import ResNetBackbone
+from tests import peers
 from tests.checkpoints import resnet_reference as ref
 
 
@@ -112,11 +113,8 @@ def test_torch_checkpoints_choose_torch_padding(checkpoint, tmp_path):
 def test_real_torchvision(tmp_path, size):
   """torchvision's own Bottleneck ResNet (one block per stage, full width, random weights and
   BatchNorm statistics), saved by torch.save, read without torch, equals torchvision."""
-  torch = pytest.importorskip("torch")
-  try:
-    import torchvision  # pylint: disable=g-import-not-at-top
-  except Exception as e:  # pylint: disable=broad-except
-    pytest.skip(f"torchvision does not import here: {e}")  # e.g. a CUDA build on CPU torch
+  torch = peers.require("torch")
+  torchvision = peers.require("torchvision")
   torch.manual_seed(0)
   net = torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, [1, 1, 1, 1])
   with torch.no_grad():

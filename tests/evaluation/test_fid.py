@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from attention_lab.evaluation import fid
+from tests import peers
 
 
 def _psd_sqrt(a):
@@ -90,13 +91,23 @@ def test_kid_matches_the_naive_unbiased_mmd():
 
 
 def _torch_fidelity():
-  """torch-fidelity's metric modules where they import (the test extra), else skip."""
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-    from torch_fidelity import metric_isc, metric_kid  # pylint: disable=g-import-not-at-top
-  except Exception as e:  # noqa: BLE001 (a broken torchvision raises RuntimeError on import)
-    pytest.skip(f"torch-fidelity not importable: {e}")
-  return torch, metric_isc, metric_kid
+  """torch and torch-fidelity's metric modules (the peers extra)."""
+  return (peers.require("torch"), peers.require("torch_fidelity.metric_isc", "torch-fidelity"),
+          peers.require("torch_fidelity.metric_kid", "torch-fidelity"))
+
+
+@pytest.mark.parametrize("rank_deficient", [False, True])
+def test_frechet_distance_equals_pytorch_fid(rank_deficient):
+  """pytorch-fid's own statistics and distance on the same features; with fewer samples than
+  dimensions Σ is singular and sqrtm's result complex, whose rounding both drop."""
+  fid_score = peers.require("pytorch_fid.fid_score", "pytorch-fid")
+  rng = np.random.default_rng(7)
+  n = 12 if rank_deficient else 200
+  a = rng.normal(size=(n, 24)) @ rng.normal(size=(24, 24))
+  b = rng.normal(size=(n, 24)) * 1.5 + 0.2
+  stats = [(x.mean(0), np.cov(x, rowvar=False)) for x in (a, b)]  # pytorch-fid's statistics
+  theirs = fid_score.calculate_frechet_distance(*stats[0], *stats[1])
+  assert fid.fid(a, b) == pytest.approx(theirs, rel=1e-9)
 
 
 def test_inception_score_equals_torch_fidelity():

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from attention_lab.evaluation import inception
+from tests import peers
 
 
 def test_parameter_count_is_torchvision_inception_v3_with_1008_logits():
@@ -75,10 +76,10 @@ def test_bad_weights_and_images_are_rejected():
 def test_equals_pytorch_fid_on_the_same_weights(tmp_path, monkeypatch):
   """Our port against pytorch-fid's own InceptionV3([3]) (resize_input and normalize_input
   on), both with the same random weights: pytorch-fid builds its network as always, with
-  its weight download replaced by our tensors; we read the file torch saved. Runs where the
-  optional `torch` and `pytorch-fid` are installed."""
-  torch = pytest.importorskip("torch")
-  fid_module = pytest.importorskip("pytorch_fid.inception")
+  its weight download replaced by our tensors; we read the file torch saved. Needs the
+  peers extra (torch, pytorch-fid)."""
+  torch = peers.require("torch")
+  fid_module = peers.require("pytorch_fid.inception", "pytorch-fid")
   weights = inception.random_weights(3)
   state = {k: torch.from_numpy(v) for k, v in weights.items()}
   monkeypatch.setattr(fid_module, "load_state_dict_from_url", lambda *a, **k: state)

@@ -6,6 +6,7 @@ efficiency tables write: tests/test_main.py, tests/experiments/test_efficiency.p
 command runs for real twice, shared between tests: the whole `--smoke` report with an archive,
 and `--budget_s=60 --smoke`."""
 
+import ast
 import json
 import pathlib
 import subprocess
@@ -14,6 +15,7 @@ import tarfile
 import time
 
 import pytest
+from packaging.requirements import Requirement
 
 from attention_lab import cli
 from experiments import accelerator_report as report
@@ -74,6 +76,22 @@ def test_an_untested_version_is_one_line_and_the_peak_entry_is_named():
   assert "'H100' of attention_lab/devices.py" in report.peak_entry("NVIDIA H100 80GB HBM3")
   assert "bfloat16 989.4 TFLOP/s" in report.peak_entry("NVIDIA H100 80GB HBM3")
   assert report.peak_entry("cpu").endswith("no MFU")
+
+
+def test_setup_admits_the_tested_jax_releases_and_no_other():
+  """setup.py's jax range (and its tpu / gpu extras') against the minors TESTED_WITH names."""
+  tree = ast.parse((REPO / "setup.py").read_text())
+  keywords = {k.arg: ast.literal_eval(k.value) for node in ast.walk(tree)
+              if isinstance(node, ast.Call) for k in node.keywords
+              if k.arg in ("install_requires", "extras_require")}
+  extras = keywords["extras_require"]
+  ranges = [r.specifier for r in map(Requirement, (*keywords["install_requires"],
+                                                  *extras["tpu"], *extras["gpu"]))
+            if r.name == "jax"]
+  assert len(ranges) == 3
+  for minor in ("0.9", "0.10", "0.11", "0.12", "0.13"):
+    admitted = {spec.contains(f"{minor}.2") for spec in ranges}
+    assert admitted == {minor in report.TESTED_WITH["jax"]}, minor
 
 
 def test_budget_scales_the_estimates_by_the_measured_parts():

@@ -16,14 +16,52 @@ from tests.ops import references
 LINEAR_OPERATORS = [op for op, spec in OPERATORS.items() if spec.linear]
 
 
+def _dense(linear, x):
+  """A Linear's map in float64: x·W + b."""
+  out = x @ np.asarray(linear.kernel[...], np.float64)
+  return out if linear.bias is None else out + np.asarray(linear.bias[...], np.float64)
+
+
+def _naive_attention(layer, x):
+  """float64 reference of a "scale" layer: its own projections (q = k = x unless projected),
+  heads, the operator's loop reference from tests/ops at the operator's own normalisation
+  (D^-1/2, and 1/N for mean and siamese), then the output map."""
+  x = np.asarray(x, np.float64)
+  b, grid = x.shape[0], x.shape[1:-1]
+  heads = lambda t: t.reshape(b, *grid, layer.num_heads, -1)
+  flat = lambda t: t.reshape(b, -1, *t.shape[-2:])
+  q = heads(_dense(layer.query, x) if layer.query else x)
+  k = heads(_dense(layer.key, x) if layer.key else x)
+  v = heads(_dense(layer.value, x))
+  scale = q.shape[-1] ** -0.5
+  f64 = lambda variable: np.asarray(variable[...], np.float64)
+  out = {
+      "softmax": lambda: references.attention(flat(q), flat(k), flat(v), scale),
+      "softmax_pool": lambda: references.attention(
+          flat(q), references.avg_pool_grid(k, 2), references.avg_pool_grid(v, 2), scale),
+      "mean": lambda: references.attention(flat(q), flat(k), flat(v), scale,
+                                           normalization="mean"),
+      "siamese": lambda: references.siamese(flat(q), flat(k), flat(v), f64(layer.w),
+                                            layer.global_term),
+      "kronecker_kv": lambda: references.kronecker_kv(q, k, v, scale),
+      "kronecker_qkv": lambda: references.kronecker_qkv(q, k, v, scale),
+      "relative": lambda: references.relative_attention(q, k, v, f64(layer.rel_h),
+                                                        f64(layer.rel_w), scale),
+  }[layer.operator]().reshape(b, *grid, -1)
+  return _dense(layer.out, out) if layer.out else out
+
+
 @pytest.mark.parametrize("operator", OPERATORS)
 @pytest.mark.parametrize("project", ["v", "qkv"])
 def test_every_operator_on_a_9x13_grid(operator, project):
   x = jax.random.normal(jax.random.key(0), (2, 9, 13, 8))
   layer = GlobalAttention(8, operator, num_heads=2, project=project, out_features=6,
                           spatial_shape=(9, 13), rngs=nnx.Rngs(0))
+  if operator == "siamese":  # w away from its initial ones, so the heads differ
+    layer.w[...] = jax.random.normal(jax.random.key(1), (2, 4))
   y = layer(x)
-  assert y.shape == (2, 9, 13, 6) and y.dtype == jnp.float32
+  assert y.dtype == jnp.float32
+  np.testing.assert_allclose(y, _naive_attention(layer, x), rtol=1e-4, atol=1e-5)
   grads = nnx.jit(nnx.grad(lambda m: jnp.sum(m(x) ** 2)))(layer)
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
 
@@ -52,15 +90,13 @@ def test_value_only_projection_matches_the_operator():
   np.testing.assert_allclose(layer(x), expected.reshape(1, 5, 7, 4), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("operator", ["softmax", "mean", "siamese", "kronecker_kv",
-                                      "kronecker_qkv"])
+@pytest.mark.parametrize("operator", ["softmax", "softmax_pool", "mean", "siamese",
+                                      "kronecker_kv", "kronecker_qkv"])
 def test_volumes_on_a_3x5x4_grid(operator):
-  """3D grids (B, D, H, W, C); with coefficients="batch_norm" they are checked against the
-  explicit reference below."""
+  """3D grids (B, D, H, W, C), odd sizes (the 2×2×2 pooling keeps partial edges)."""
   x = jax.random.normal(jax.random.key(0), (2, 3, 5, 4, 6))
   layer = GlobalAttention(6, operator, num_heads=3, project="qkv", rngs=nnx.Rngs(0))
-  y = layer(x)
-  assert y.shape == (2, 3, 5, 4, 6) and np.all(np.isfinite(y))
+  np.testing.assert_allclose(layer(x), _naive_attention(layer, x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("operator", ["siamese", "kronecker_kv"])
@@ -76,11 +112,19 @@ def test_batch_norm_gradients(operator):
 
 
 def test_bfloat16_compute_keeps_float32_params():
-  layer = GlobalAttention(8, "relative", num_heads=2, project="qkv", spatial_shape=(5, 7),
-                          dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
-  y = layer(jnp.ones((1, 5, 7, 8)))
-  assert y.dtype == jnp.bfloat16 and np.all(np.isfinite(np.asarray(y, np.float32)))
+  """bfloat16 activations, float32 parameters, and the float32 layer's output within
+  bfloat16's rounding (8 significant bits)."""
+  make = lambda dtype: GlobalAttention(8, "relative", num_heads=2, project="qkv",
+                                       spatial_shape=(5, 7), dtype=dtype, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(7), (1, 5, 7, 8))
+  layer = make(jnp.bfloat16)
+  y = layer(x)
+  assert y.dtype == jnp.bfloat16
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(layer, nnx.Param)))
+  want = make(None)(x)
+  np.testing.assert_allclose(np.asarray(y, np.float32), want, rtol=0,
+                             atol=3e-2 * float(jnp.abs(want).max()))
+  assert not np.array_equal(np.asarray(y, np.float32), want)  # it did round
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -106,8 +106,6 @@ def test_loss_is_the_naive_per_anchor_sum(task):
 
 
 def test_init_from_a_classification_checkpoint(task, tmp_path):
-  backbone_weights = pytest.importorskip("attention_lab.checkpoints.backbone_weights")
-  del backbone_weights
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   state = jax.jit(task.init_state)()
   # A classifier state with the same backbone tree, other values, and a head.

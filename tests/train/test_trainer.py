@@ -227,10 +227,38 @@ def test_evaluation_does_not_depend_on_the_device_count(tmp_path, data_dir):
   np.testing.assert_allclose([a[k] for k in sorted(a)], [b[k] for k in sorted(b)], atol=1e-6)
 
 
+def _matmul_operands(step, state, batch):
+  """The operand element types of each convolution and dot in the lowered step."""
+  text = step.lower(state, batch).as_text()
+  found = re.findall(r"= stablehlo\.(convolution|dot_general)\b.*: \(tensor<[^>]*x(\w+)>, "
+                     r"tensor<[^>]*x(\w+)>\)", text)
+  return [(op, (a, b)) for op, a, b in found]
+
+
 def test_bfloat16_compute(tmp_path, data_dir):
-  config = tiny_config(data_dir, **{"num_train_steps": 2, "model.dtype": "bfloat16"})
-  summary = Trainer(config, str(tmp_path)).run()
-  assert np.isfinite(summary["train_loss"])
+  """model.dtype=bfloat16: every convolution and most matmuls take bfloat16 operands (the
+  attention logits accumulate in float32, so their backward runs in float32), the
+  parameters stay float32, and the losses follow float32's within bfloat16's rounding
+  without equalling them."""
+  losses, operands = {}, {}
+  for dtype in ("float32", "bfloat16"):
+    config = tiny_config(data_dir, **{"mesh.num_devices": 1, "model.dtype": dtype})
+    trainer = Trainer(config, str(tmp_path / dtype))
+    data = pipeline.train_iterator(config, local_batch_size=trainer.local_batch)
+    batches = [trainer.global_batch(next(data)) for _ in range(3)]
+    operands[dtype] = _matmul_operands(trainer.train_step, trainer.state, batches[0])
+    losses[dtype] = []
+    for batch in batches:
+      trainer.state, values = trainer.train_step(trainer.state, batch)
+      losses[dtype].append(float(values.compute()["loss"]))
+    assert {p.dtype for p in jax.tree.leaves(trainer.state["params"])} == {np.dtype("float32")}
+  assert {types for _, types in operands["float32"]} == {("f32", "f32")}
+  convolutions = [types for op, types in operands["bfloat16"] if op == "convolution"]
+  dots = [types for op, types in operands["bfloat16"] if op == "dot_general"]
+  assert convolutions and all(types == ("bf16", "bf16") for types in convolutions)
+  assert sum(types == ("bf16", "bf16") for types in dots) > len(dots) / 2
+  np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=5e-3)
+  assert losses["bfloat16"] != losses["float32"]
 
 
 def test_unknown_task(tmp_path, data_dir):
