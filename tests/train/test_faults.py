@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from attention_lab.data import pipeline
-from attention_lab.train import errors, workdir as checkpointing
+from attention_lab.train import checkpointing, config_record, errors
 from configs import default
 from tests.train.test_system import _env
 
@@ -264,43 +264,44 @@ def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
 
 def test_config_changes_use_an_allow_list():
   config = default.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   config.num_train_steps = 8
   config.dataset.data_dir = "/elsewhere"
   config.mesh.num_devices = 2
   config.optimizer.name = "adam"
   config.batch_size = 32
   recorded["model"]["unclassified_option"] = 1  # a field the code no longer has
-  operational, others = checkpointing.config_changes(recorded, config)
+  operational, others = config_record.config_changes(recorded, config)
   assert operational == {"num_train_steps": (4, 8), "dataset.data_dir": ("", "/elsewhere"),
                          "mesh.num_devices": (-1, 2)}
   assert others == {"batch_size": (16, 32), "optimizer.name": ("sgd", "adam"),
                     "model.unclassified_option": (1, "<absent>")}
 
 
-def test_workdir_recorded_under_renamed_fields_resumes(tmp_path):
+def test_workdir_recorded_under_renamed_fields_resumes(tmp_path, capsys):
   """A config.json with the evaluation options' old names (restoration's evaluation.*,
   detection's inference.* and eval_max_batches) is the same run; a changed value is named
   by its new name."""
   from configs.detection import default as detection  # pylint: disable=g-import-not-at-top
   from configs.restoration import default as restoration  # pylint: disable=g-import-not-at-top
   config = restoration.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   recorded["evaluation"] = recorded.pop("eval")
   (tmp_path / "config.json").write_text(json.dumps(recorded))
-  checkpointing.check_workdir_config(config, str(tmp_path), say=pytest.fail)
+  config_record.check_or_write(config, str(tmp_path))
+  assert not capsys.readouterr().out  # nothing changed, nothing said
   recorded["evaluation"]["protocol"] = "care"
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"eval.protocol": ("care", "plain")})
 
   config = detection.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   evaluation = recorded.pop("eval")
   recorded["eval_max_batches"] = evaluation.pop("max_batches")
   recorded["inference"] = evaluation
-  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  assert config_record.config_changes(recorded, config) == ({}, {})
   recorded["eval"] = {"max_batches": 7}  # the new name, recorded too, is the one compared
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"eval.max_batches": (7, config.eval.max_batches)})
 
 
@@ -365,11 +366,11 @@ def test_workdir_recorded_before_fields_were_added_resumes():
   """A record without the fields added since (micro-batches, BN groups, synthetic data...)
   is the same run while they hold the values older runs had; another value is named."""
   config = default.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   for name in ("microbatches", "bn_group_size"):
     del recorded[name]
   del recorded["dataset"]["synthetic"], recorded["optimizer"]["mu_dtype"]
-  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  assert config_record.config_changes(recorded, config) == ({}, {})
   config.microbatches = 4
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"microbatches": ("<absent>", 4)})

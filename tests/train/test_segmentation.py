@@ -63,7 +63,7 @@ def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative
   # Non-default batch statistics, so copying them is visible.
   source["rest"] = jax.tree.map(lambda x: x + 0.5, source["rest"])
   with ocp.CheckpointManager(str(tmp_path / "cls" / "checkpoints")) as manager:
-    manager.save(7, args=ocp.args.StandardSave(state_lib.storable(source)))
+    manager.save(7, args=ocp.args.StandardSave(state_lib.as_saved(source)))
   task.config.init_from = str(tmp_path / "cls")
   if relative:
     monkeypatch.chdir(tmp_path)
