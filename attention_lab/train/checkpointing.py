@@ -10,12 +10,40 @@ what happens when saving or restoring fails.
 - Restoring: the newest step that restores wins. Newer steps that fail to restore are moved
   aside to `<step>.damaged` (one warning line each), but only once an older step has
   restored: when none restores nothing is moved and `errors.RestoreError` says so.
+- A step saved before a key of the state was renamed (`RENAMED_KEYS`) restores under the
+  new name.
 """
+
+from collections.abc import Mapping
 
 import orbax.checkpoint as ocp
 from etils import epath
 
 from attention_lab.train import console, errors, multihost, workdir as workdir_lib
+
+# Keys of a model's state (the dict holding its "params") that were renamed, as (old, new).
+RENAMED_KEYS = (("rest", "non_params"),)
+
+
+def keys_as_saved(target, saved):
+  """`target` with each key of a model's state that `saved` (a step's tree of metadata)
+  holds only under its old name (`RENAMED_KEYS`) renamed to that."""
+  if not isinstance(target, dict) or not isinstance(saved, Mapping):
+    return target
+  old = {new: old for old, new in RENAMED_KEYS
+         if "params" in target and new not in saved and old in saved}
+  return {old.get(key, key): keys_as_saved(value, saved.get(old.get(key, key)))
+          for key, value in target.items()}
+
+
+def current_keys(tree):
+  """`tree` (as saved) with the old names of `RENAMED_KEYS` in each model's state as the
+  new ones."""
+  if not isinstance(tree, dict):
+    return tree
+  new = dict(RENAMED_KEYS) if "params" in tree else {}
+  return {new.get(key, key): current_keys(value) for key, value in tree.items()}
+
 
 class Checkpoints:
   """An orbax CheckpointManager over `workdir/checkpoints` with the policy above. It keeps
@@ -26,6 +54,7 @@ class Checkpoints:
                read_only: bool = False):
     self.manager = ocp.CheckpointManager(
         workdir_lib.resolve(workdir) / "checkpoints",
+        item_handlers=ocp.StandardCheckpointHandler(),  # a step's tree is read before restoring
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, save_interval_steps=save_interval_steps,
             read_only=read_only, create=not read_only,
@@ -83,7 +112,10 @@ class Checkpoints:
 
   def restore_step(self, step: int, target) -> tuple[object, int]:
     """Step `step` restored into `target` (abstract arrays with shardings), and `step`."""
-    return self.manager.restore(step, args=ocp.args.StandardRestore(target)), step
+    saved = self.manager.item_metadata(step)
+    as_saved = keys_as_saved(target, getattr(saved, "tree", saved))
+    restored = self.manager.restore(step, args=ocp.args.StandardRestore(as_saved))
+    return current_keys(restored), step
 
   def restore(self, target, warn=console.warn) -> tuple[object, int] | None:
     """The newest step that restores into `target` (abstract arrays with shardings) as

@@ -233,6 +233,31 @@ def test_restore_returns_the_newest_step(tmp_path):
                                    save_interval_steps=1).restore({}, warn=pytest.fail) is None
 
 
+def test_a_step_saved_under_an_old_state_key_restores_under_the_new(tmp_path):
+  """A step saved when a model's non-parameter variables were its state's "rest" restores
+  them as "non_params", here nested as the GAN's models are; a model's own variable named
+  "rest" keeps its name. A step saved under the new name restores as it is."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  def state(key, value):
+    return {"step": np.asarray(value, np.int32), "generator": {
+        "params": nnx.State({"w": np.full(2, value, np.float32)}),
+        key: nnx.State({"rest": np.full(3, value, np.float32)})}}
+
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  checkpoints.save(1, state("rest", 1))
+  checkpoints.wait_until_finished()
+  fresh = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  for step in (1, 2):
+    restored, restored_step = fresh.restore(state("non_params", 0), warn=pytest.fail)
+    assert restored_step == step and int(restored["step"]) == step
+    assert isinstance(restored["generator"]["non_params"], nnx.State)
+    np.testing.assert_array_equal(restored["generator"]["non_params"]["rest"], [step] * 3)
+    np.testing.assert_array_equal(restored["generator"]["params"]["w"], [step] * 2)
+    fresh.save(2, state("non_params", 2))
+    fresh.wait_until_finished()
+
+
 def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
   # Two copies of the finished reference run, one per command, run side by side.
   workdir, changed = tmp_path / "w", tmp_path / "changed"
