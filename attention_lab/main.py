@@ -47,9 +47,6 @@ from attention_lab import cli
 from attention_lab.train import compilation_cache
 from attention_lab.train import workdir as workdir_lib
 
-# TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
-# a bad command line is reported in about a second.
-
 _CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
 _WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", None, "Directory for checkpoints and TensorBoard logs.")
 _COORDINATOR = flags.DEFINE_string(
@@ -157,6 +154,8 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   PREEMPTION.install()  # where main() is called without the command's early install
+  # TensorFlow, TFDS and the trainer load here, after the flags are checked, so a bad
+  # command line is reported in about a second.
   with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
     from attention_lab.train import console, dependencies, errors, trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value

@@ -1,5 +1,5 @@
 """Preemption (SIGTERM): whether this process is to stop training. This module alone writes
-that state; the loop asks `PREEMPTION.should_stop()` before every step.
+that state; the loop asks `PREEMPTION.should_stop(step)` before every step.
 
 One process: a Python SIGTERM handler raises a flag. Inside an `interruptible()` region
 (waiting for data, evaluating: the state of the last finished step is intact) it also
