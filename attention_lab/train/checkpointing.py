@@ -45,6 +45,16 @@ def current_keys(tree):
   return {new.get(key, key): current_keys(value) for key, value in tree.items()}
 
 
+class _Manager(ocp.CheckpointManager):
+  """orbax's manager without its own question to jax's preemption sync point at each save
+  (with the step number): the loop asks it before every step with a count that every
+  process passes through in turn (train/signals.py), and another asker would break that."""
+
+  def reached_preemption(self, step: int) -> bool:
+    del step
+    return False
+
+
 class Checkpoints:
   """An orbax CheckpointManager over `workdir/checkpoints` with the policy above. It keeps
   the manager's names the loop uses: `directory`, `latest_step()`, `save(...)`,
@@ -52,7 +62,7 @@ class Checkpoints:
 
   def __init__(self, workdir: str, *, max_to_keep: int = 1, save_interval_steps: int = 1,
                read_only: bool = False):
-    self.manager = ocp.CheckpointManager(
+    self.manager = _Manager(
         workdir_lib.resolve(workdir) / "checkpoints",
         item_handlers=ocp.StandardCheckpointHandler(),  # a step's tree is read before restoring
         options=ocp.CheckpointManagerOptions(

@@ -1,5 +1,5 @@
 """Preemption (SIGTERM): whether this process is to stop training. This module alone writes
-that state; the loop asks `PREEMPTION.should_stop(step)` before every step.
+that state; the loop asks `PREEMPTION.should_stop()` before every step.
 
 One process: a Python SIGTERM handler raises a flag. Inside an `interruptible()` region
 (waiting for data, evaluating: the state of the last finished step is intact) it also
@@ -7,13 +7,14 @@ aborts the region with `Interrupted`, so the step reached is saved without waiti
 
 Several processes (after `jax.distributed.initialize`): jax's preemption notifier owns
 SIGTERM (it replaces any handler at the C level and tells the coordination service), and
-`multihost_utils.reached_preemption_sync_point(step)` is True at the same step on every
-process: one past the largest step any process had passed when the notice came. No
-collective runs on the other steps. orbax asks the same point with the step it saves, so
-the loop asks with the state's step too. A notice that comes before a process's first
-question sets the point at 1, which a resumed run never passes: its first question also
-asks for 1. A SIGTERM caught before the notifier existed (by `main`'s handler, during the
-imports) is sent again to it.
+`multihost_utils.reached_preemption_sync_point(n)` is True at the same n on every
+process, one past the largest n any process had asked about when the notice came. No
+collective runs on the other steps. This is sound only if every process asks about
+every n in turn, so n counts this process's questions (1, 2, 3, ... from its start, the
+same on every process: they run the same loop), not the train step, which a resumed run
+starts past 1; and nothing else asks (train/checkpointing.py keeps orbax from asking at
+each save). A SIGTERM caught before the notifier existed (by `main`'s handler, during
+the imports) is sent again to it.
 
 A stop, once decided, stays: the process trains nothing more (a preempted upstream run
 stops the run that needed it before its first step). `reset()` starts over, in one
@@ -45,7 +46,7 @@ class Preemption:
   def __init__(self):
     self._signalled = False  # our handler saw a SIGTERM
     self._stopping = False  # every process stops before its next step
-    self._asked = False  # whether this process asked jax's sync point yet
+    self._asked = 0  # questions to jax's sync point
     self._armed = False  # inside an interruptible region
     self._previous = None
 
@@ -67,9 +68,9 @@ class Preemption:
   def uninstall(self) -> None:
     signal.signal(signal.SIGTERM, self._previous)
 
-  def should_stop(self, step: int) -> bool:
-    """True when every process is to stop at `step`, the state's step (ask before each
-    step, on every process)."""
+  def should_stop(self) -> bool:
+    """True when every process is to stop before its next step (ask once before each step,
+    on every process)."""
     if self._stopping:
       return True
     if not _distributed():
@@ -79,9 +80,8 @@ class Preemption:
       self._signalled = False
       os.kill(os.getpid(), signal.SIGTERM)
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    reached = multihost_utils.reached_preemption_sync_point
-    first, self._asked = not self._asked, True
-    self._stopping = (first and reached(1)) or reached(step)
+    self._asked += 1
+    self._stopping = multihost_utils.reached_preemption_sync_point(self._asked)
     return self._stopping
 
   @property

@@ -155,7 +155,7 @@ class Trainer:
     step = start
     data = self.batches(start) if start < last else None
     try:
-      while step < last and not PREEMPTION.should_stop(step):
+      while step < last and not PREEMPTION.should_stop():
         with PREEMPTION.interruptible():
           batch = next(data)
         if step == start:  # compiles the step for its FLOP count; the call below reuses it
