@@ -1,7 +1,7 @@
 """`python -m tests.train.logged_collectives <attention_lab.main's flags>`: the entry point
 with every cross-host collective of jax.experimental.multihost_utils logged, and each
 question to the preemption sync point. Each call appends "<name> <train steps taken so
-far> [the step asked about]" to `$COLLECTIVES_LOG.<process id>`; the steps are counted at
+far> [the count asked about]" to `$COLLECTIVES_LOG.<process id>`; the steps are counted at
 the jitted train step."""
 
 import os
@@ -20,8 +20,9 @@ COLLECTIVES = ("process_allgather", "sync_global_devices", "broadcast_one_to_all
 
 def _logged(name, function):
   def logged(*args, **kwargs):
+    asked = args[0] if name == "reached_preemption_sync_point" else ""
     with open(f"{os.environ['COLLECTIVES_LOG']}.{jax.process_index()}", "a") as f:
-      f.write(f"{name} {STEPS[0]} {args[0] if name == 'reached_preemption_sync_point' else ''}\n")
+      f.write(f"{name} {STEPS[0]} {asked}\n")
     return function(*args, **kwargs)
   return logged
 
