@@ -124,7 +124,7 @@ def _build(config, devices):
   mesh = state_lib.make_mesh(config, devices)
   state_lib.check_batch(config, mesh)
   task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
-  train = state_lib.TrainState(task, mesh, config.mesh.param_sharding)
+  train = state_lib.StateLayout(task, mesh, config.mesh.param_sharding)
   state = state_lib.abstract_arrays(train.abstract, train.shardings)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}

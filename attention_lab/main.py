@@ -25,12 +25,12 @@ started with another config, a damaged dataset file (the step reached is saved f
 import ctypes
 import json
 import os
-import signal
 import sys
 
-_EARLY_SIGTERM = []  # a SIGTERM during the imports below; handed to the loop in main()
+from attention_lab.train.signals import PREEMPTION  # light: no jax, no TensorFlow
+
 if __name__ == "__main__":
-  signal.signal(signal.SIGTERM, lambda *_: _EARLY_SIGTERM.append(True))
+  PREEMPTION.install()  # a SIGTERM during the slow imports below stops the run before step 1
   if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
@@ -46,10 +46,6 @@ from ml_collections import config_flags
 from attention_lab import cli
 from attention_lab.train import compilation_cache
 from attention_lab.train import workdir as workdir_lib
-
-# TensorFlow, TFDS and the trainer are imported in main(), after the flags are checked, so
-# a bad command line is reported in about a second.
-trainer_lib = None
 
 _CONFIG = cli.define_once(config_flags.DEFINE_config_file, "config", None, "Experiment config file.")
 _WORKDIR = cli.define_once(flags.DEFINE_string, "workdir", None, "Directory for checkpoints and TensorBoard logs.")
@@ -86,15 +82,14 @@ def initialize_distributed(config) -> None:
 def keep_freed_host_memory() -> bool:
   """On the CPU backend, lets freed memory stay in the process for the next step (glibc).
 
-  glibc serves an allocation over 32 MB with its own mmap and unmaps it when it is freed,
-  and a thread's arena returns larger ones the same way. XLA:CPU allocates a step's
-  temporaries as one buffer (54-90 MB for the default segmenter), so every step faulted
-  the whole buffer in again: 14-23k minor page faults and 35-55 ms of kernel time per
-  step, a third of the step on a 2-core VM. Here no allocation is mmapped and the heap is
-  trimmed only past 1 GiB of free top; with `jax_cpu_enable_async_dispatch` off (main())
-  the steps run on the main thread, so their buffers come from the main heap. The numbers
-  are unchanged (allocation does not enter the arithmetic); the peak RSS rose ~6%. Returns
-  whether it applied (glibc, CPU backend).
+  XLA:CPU allocates a step's temporaries as one large buffer. glibc serves an allocation
+  over 32 MB with its own mmap and unmaps it when it is freed, so without this every step
+  would fault its whole buffer in again (the cost is measured in
+  experiments/results/default_segmentation.md). Here no allocation is mmapped and the heap
+  is trimmed only past 1 GiB of free top; with `jax_cpu_enable_async_dispatch` off
+  (main()) the steps run on the main thread, so their buffers come from the main heap.
+  The arithmetic is unchanged; the process keeps more memory. Returns whether it applied
+  (glibc, CPU backend).
   """
   if jax.default_backend() != "cpu":
     return False
@@ -158,12 +153,11 @@ def main(argv):
     _quiet_closed_loop_callbacks()
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
-  global trainer_lib
+  PREEMPTION.install()  # where main() is called without the command's early install
+  # TensorFlow, TFDS and the trainer load here, after the flags are checked, so a bad
+  # command line is reported in about a second.
   with cli.silenced_stderr(not flags.FLAGS["verbosity"].present):
-    from attention_lab.train import dependencies, errors, trainer as trainer_lib  # pylint: disable=g-import-not-at-top,redefined-outer-name
-  trainer_lib.PREEMPTION.install()
-  if _EARLY_SIGTERM:
-    trainer_lib.PREEMPTION.requested = True
+    from attention_lab.train import console, dependencies, errors, trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
   # Before the backend starts: CPU programs run on the calling thread (keep_freed_host_memory).
   jax.config.update("jax_cpu_enable_async_dispatch", False)
@@ -177,9 +171,10 @@ def main(argv):
       logging.set_verbosity(logging.ERROR)  # process 0 speaks for all
     resolved = dependencies.resolve(config, _WORKDIR.value)
     trainer = trainer_lib.Trainer(config, _WORKDIR.value, resolved)
-    trainer.say(f"{jax.process_count()} process(es), {jax.device_count()} "
-                f"{jax.devices()[0].platform} device(s); TensorBoard logs: tensorboard --logdir "
-                f"{workdir_lib.resolve(_WORKDIR.value)}")
+    console.print_line(
+        f"{jax.process_count()} process(es), {jax.device_count()} "
+        f"{jax.devices()[0].platform} device(s); TensorBoard logs: tensorboard --logdir "
+        f"{workdir_lib.resolve(_WORKDIR.value)}")
     summary = trainer.run(until_step=_UNTIL_STEP.value)
   except Exception as e:  # pylint: disable=broad-except
     failure = errors.one_line(e, config)
@@ -194,12 +189,10 @@ def main(argv):
     speed = trainer.median_examples_per_second()
     if speed is not None:  # the median over the log intervals
       summary = {**summary, "examples_per_second": speed}
-    trainer.say("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
+    console.print_line("Final: " + ", ".join(f"{k}={v:.4f}" for k, v in sorted(summary.items())))
     if _JSON.value and jax.process_index() == 0:
       write_final(_JSON.value, summary, trainer.record)
-  # All is saved. Python resets SIGTERM to its default action while it shuts down (a second
-  # or so here), so a late signal would end a finished run with status -15: ignore it.
-  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  PREEMPTION.ignore_from_now()  # all is saved
 
 
 if __name__ == "__main__":

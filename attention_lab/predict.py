@@ -76,18 +76,18 @@ def restore(config, workdir: str):
   """(task, state, step): the config's task (any task) and the newest checkpoint in
   `workdir` (a path or URI), in the loop's shardings. cli.ConfigError when the workdir
   holds no checkpoint or it does not restore into this config's state."""
-  from attention_lab.train import state as state_lib, tasks, workdir as workdir_lib
+  from attention_lab.train import checkpointing, state as state_lib, tasks
   mesh = state_lib.make_mesh(config)
   env = tasks.Environment(mesh, workdir, config.batch_size // jax.process_count())
   task = tasks.create(config, env)
-  checkpoints = workdir_lib.Checkpoints(workdir, read_only=True)
+  checkpoints = checkpointing.Checkpoints(workdir, read_only=True)
   step = checkpoints.latest_step()
   if step is None:
     raise cli.ConfigError(
         f"--workdir = {workdir!r}: no checkpoint in {checkpoints.directory}; train first "
         f"(python -m attention_lab.main --config=... --workdir={workdir})")
   try:
-    state, _ = state_lib.TrainState(task, mesh, config.mesh.param_sharding).restore(
+    state, _ = state_lib.StateLayout(task, mesh, config.mesh.param_sharding).restore(
         checkpoints, step)
   except Exception as e:  # pylint: disable=broad-except
     raise cli.ConfigError(

@@ -41,7 +41,7 @@ def program(k: int, unroll: bool):
   config.microbatches, config.mesh.num_devices = k, 1
   mesh = state_lib.make_mesh(config, jax.devices()[:1])
   task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
-  train = state_lib.TrainState(task, mesh, "replicated")
+  train = state_lib.StateLayout(task, mesh, "replicated")
   state = train.init()
   batch = {name: jnp.zeros(s.shape, s.dtype) for name, s in task.batch_spec().items()}
   batch["image"] = jax.random.uniform(jax.random.key(0), batch["image"].shape)

@@ -112,7 +112,7 @@ def _train_step(microbatches: int, num_devices: int):
   config.mesh.num_devices = num_devices
   mesh = state_lib.make_mesh(config, jax.devices()[:num_devices])
   task = tasks.create(config, tasks.Environment(mesh, "", config.batch_size))
-  train = state_lib.TrainState(task, mesh, "replicated")
+  train = state_lib.StateLayout(task, mesh, "replicated")
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=NamedSharding(mesh, P("data")))
            for k, v in task.batch_spec().items()}
   return train.train_step, state_lib.abstract_arrays(train.abstract, train.shardings), batch

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from attention_lab import main
-from attention_lab.train import workdir
+from attention_lab.train import run_summary
 
 REPO = pathlib.Path(__file__).parents[1]
 
@@ -66,11 +66,11 @@ def test_until_step_0_evaluates_the_initial_model_and_writes_the_final_line_as_j
 
 
 def test_the_json_adds_the_median_of_each_perf_scalar(tmp_path):
-  record = workdir.RunSummary(str(tmp_path))
+  record = run_summary.RunSummary(str(tmp_path))
   for step, speed in ((2, 10.0), (4, 30.0), (6, 14.0)):
     record.add_perf(step, {"perf/examples_per_second": speed})
   record.save()
-  resumed = workdir.RunSummary(str(tmp_path), start_step=6)  # as a re-run reads it back
+  resumed = run_summary.RunSummary(str(tmp_path), start_step=6)  # as a re-run reads it back
   main.write_final(str(tmp_path / "final.json"), {"eval_top1": 0.5}, resumed)
   assert json.loads((tmp_path / "final.json").read_text()) == {
       "eval_top1": 0.5, "perf/examples_per_second": 14.0}

@@ -9,8 +9,9 @@ Sources:
   inside a whole mmseg model checkpoint);
 - an orbax checkpoint of our classification task (e.g. configs/sanet or an
   ImageNet ResNet run): a workdir, its `checkpoints/` folder or one step
-  folder; its `params["backbone"]` and `rest["backbone"]` (BatchNorm
-  statistics) are copied where our model has the same path and shape.
+  folder; its `params["backbone"]` and `non_params["backbone"]` (BatchNorm
+  statistics; `rest` in older checkpoints) are copied where our model has the
+  same path and shape.
 Every backbone variable must be found, with its shape; otherwise ValueError
 names the first missing or mismatched one (and, for a stem, the stem options
 the checkpoint needs). `scope="model"` (`config.init_scope`) copies every
@@ -98,8 +99,9 @@ SCOPES = ("backbone", "model")
 
 
 def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray]:
-  """{("params" | "rest", "backbone", ...): numpy value} from a .pth file or orbax checkpoint;
-  scope "model": every ("params" | "rest", ...) value of an orbax checkpoint."""
+  """{("params" | "non_params", "backbone", ...): numpy value} from a .pth file or orbax
+  checkpoint; scope "model": every ("params" | "non_params", ...) value of an orbax
+  checkpoint."""
   if scope not in SCOPES:
     raise ValueError(f"init_scope must be one of {SCOPES}, got {scope!r}")
   if not epath.Path(path).exists():
@@ -111,9 +113,10 @@ def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray
     from attention_lab.checkpoints import torch_reader, torch_resnet  # pylint: disable=g-import-not-at-top
     state = torch_resnet.unwrap(torch_reader.load_torch_state_dict(path))
     converted = torch_resnet.convert(state)
-    return {(("rest" if k[-1] in ("mean", "var") else "params"), "backbone") + k: v
+    return {("non_params" if k[-1] in ("mean", "var") else "params", "backbone") + k: v
             for k, v in converted.items()}
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from attention_lab.train import checkpointing  # pylint: disable=g-import-not-at-top
   item = _orbax_item(path)
   # The handler, not a Checkpointer: a Checkpointer looks for the step's metadata file in
   # the item folder and warns on the console that it is missing.
@@ -127,8 +130,9 @@ def read(path: str, scope: str = "backbone") -> dict[tuple[str, ...], np.ndarray
     restored = handler.restore(item, args=ocp.args.PyTreeRestore(restore_args=restore_args))
   finally:
     handler.close()
+  restored = checkpointing.current_keys(restored)
   return {k: np.asarray(v) for k, v in flatten(restored).items()
-          if len(k) > 1 and k[0] in ("params", "rest") and _in_scope(k, scope)}
+          if len(k) > 1 and k[0] in ("params", "non_params") and _in_scope(k, scope)}
 
 
 def _in_scope(key: tuple[str, ...], scope: str) -> bool:
@@ -140,7 +144,7 @@ def load_into(state, path: str, scope: str = "backbone"):
   those at `path`, in their shardings."""
   weights = read(path, scope)
   flat_state = {("params",) + k: v for k, v in flatten(state["params"]).items()}
-  flat_state.update({("rest",) + k: v for k, v in flatten(state["rest"]).items()})
+  flat_state.update({("non_params",) + k: v for k, v in flatten(state["non_params"]).items()})
   wanted = {k for k, v in flat_state.items()
             if _in_scope(k, scope) and hasattr(v, "shape") and
             jax.numpy.issubdtype(v.dtype, jax.numpy.floating)}  # not rng keys
@@ -165,5 +169,5 @@ def load_into(state, path: str, scope: str = "backbone"):
     return fn
 
   params = jax.tree_util.tree_map_with_path(replace(("params",)), state["params"])
-  rest = jax.tree_util.tree_map_with_path(replace(("rest",)), state["rest"])
-  return {**state, "params": params, "rest": rest}
+  non_params = jax.tree_util.tree_map_with_path(replace(("non_params",)), state["non_params"])
+  return {**state, "params": params, "non_params": non_params}

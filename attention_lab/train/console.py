@@ -1,10 +1,12 @@
-"""The run's console lines (stdout, process 0 only): progress with speed and ETA, and
-evaluation results."""
+"""The run's console lines, from process 0 only: on stdout progress with speed and ETA,
+evaluation results and the run's messages; warnings on stderr."""
+
+import sys
 
 import jax
 
 
-def say(line: str) -> None:
+def print_line(line: str) -> None:
   """One console line on stdout, from process 0 only."""
   if jax.process_index() == 0:
     print(line, flush=True)
@@ -36,3 +38,9 @@ def eval_line(step: int, total: int, evaluation: dict[str, float], headline: str
   names = sorted(evaluation, key=lambda k: (k != head, k))
   return f"eval step {step}/{total}  " + "  ".join(
       f"{k[len('eval_'):] if k.startswith('eval_') else k} {evaluation[k]:.4f}" for k in names)
+
+
+def warn(line: str) -> None:
+  """One warning line on stderr, from process 0 only."""
+  if jax.process_index() == 0:
+    print(line, file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ results through `Environment.dependencies` and never trains another run.
 from etils import epath
 
 from attention_lab import cli
-from attention_lab.train import signals, trainer as trainer_lib
+from attention_lab.train import console, trainer as trainer_lib
 
 REPO = epath.Path(__file__).parents[2]
 
@@ -27,14 +27,13 @@ def load_config_file(spec: str, field: str = "config"):
 
 def trained(config, workdir: str) -> "trainer_lib.Trainer | None":
   """The Trainer of `config` in `workdir`, trained to its last step first if needed; None
-  when a SIGTERM stopped that training (the request stays raised, so the calling run stops
-  before its first step too)."""
+  when a SIGTERM stopped that training (the stop stays decided, train/signals.py, so the
+  calling run stops before its first step too)."""
   trainer = trainer_lib.Trainer(config, workdir)
   if int(trainer.state["step"]) < trainer.total_steps:
-    trainer.say(f"Training the upstream run in {workdir} first")
+    console.print_line(f"Training the upstream run in {workdir} first")
     trainer.run()
     if trainer.preempted:
-      signals.PREEMPTION.requested = True
       return None
   return trainer
 
@@ -51,7 +50,7 @@ def resolve(config, workdir: str) -> dict:
   """{"init_from": the weights path (a config file's run trained into
   <workdir>/pretrained), "classifier": (the digits classifier in evaluation mode, its
   config)} for what `config` needs; {} for a run that needs nothing. A SIGTERM during an
-  upstream run leaves the request raised and returns what was resolved. A synthetic speed
+  upstream run leaves the stop decided and returns what was resolved. A synthetic speed
   run needs neither weights nor an evaluation: {}."""
   out = {}
   if config.dataset.synthetic:

@@ -1,16 +1,26 @@
 """What the loop does after a train step, one hook per job, each deciding by the step
 whether it is its time (as big_vision's `itstime`): progress (train metrics, the non-finite
 check, speed, the console line), evaluation (metrics and pictures), checkpoints and the
-profiler. clu's periodic actions would import TensorFlow through clu.metric_writers, and a
-speed run has none, so these are ours."""
+profiler. A hook is called as `hook(step, state, metrics)` and returns the scalars it adds
+to the run's summary. It is built with the writer or checkpoints it writes to and the few
+settings it needs, and reads nothing else: not the Trainer, not another hook. clu's
+periodic actions would import TensorFlow through clu.metric_writers, and a speed run has
+none, so these are ours.
 
+No hook makes a cross-host collective on a plain step: the early checkpoint is agreed on
+at log steps only (train/multihost.py).
+"""
+
+import dataclasses
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from attention_lab.train import console, errors, images, perf, profiling
+from attention_lab.train import console, errors, images, multihost, perf, profiling
 from attention_lab.train import state as state_lib
+from attention_lab.train.signals import PREEMPTION
 
 
 @jax.jit
@@ -25,146 +35,167 @@ def is_time(step: int, every: int, last: int) -> bool:
   return step % every == 0 or step == last
 
 
+def require_finite(state, step: int, before: str) -> None:
+  """NonFiniteError when `state` is not finite (stopped before `before`)."""
+  if not bool(all_finite(state)):
+    raise errors.NonFiniteError(f"non-finite state after step {step}; stopped before {before}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+  """A run's steps: from `start` (done) to `last` (where this run stops), of the
+  schedule's `total`."""
+  start: int
+  last: int
+  total: int
+
+
 class Progress:
-  """Train metrics averaged over each log interval: checked for non-finite values (at log
-  steps, and before a save or an evaluation), written with the learning rates and the
-  perf/ scalars, and one console line."""
+  """Train metrics averaged over each log interval (`every` steps and the last): checked
+  for non-finite values, written with the learning rates and the perf/ scalars, and one
+  console line. The loop sets `speed` (perf.Speed) before the first step; the seconds
+  `not_training()` counts (evaluations) are left out of the speed."""
 
-  def __init__(self, trainer, writer, start: int, last: int):
-    self.trainer, self.writer, self.last = trainer, writer, last
-    self.first = start + 1
-    self.metrics, self.since = None, start + 1  # the interval's merged metrics, first step
-    self.speed, self.excluded = None, 0.0  # perf.Speed; seconds not spent training
-    self.started = self.logged_at = time.monotonic()
-    self.log_step = start
+  def __init__(self, writer, span: Span, *, every: int, headline: str, batch_size: int,
+               learning_rates: Callable[[int], dict[str, float]],
+               not_training: Callable[[], float] = lambda: 0.0):
+    self.writer, self.span, self.every, self.headline = writer, span, every, headline
+    self.batch_size, self.learning_rates = batch_size, learning_rates
+    self.not_training = not_training
+    self.speed: perf.Speed | None = None
+    self.metrics, self.since = None, span.start + 1  # the interval's merged metrics, first step
+    self.started = time.monotonic()
+    self._interval_start(span.start)
 
-  def before_first_step(self, state, batch) -> None:
-    """Compiles the step for its FLOP count (the first call then reuses the program)."""
-    t = self.trainer
-    self.speed = perf.Speed.of_step(t.task, t.train_step, state, batch, t.mesh, t.config)
+  def _interval_start(self, step: int) -> None:
+    self.log_step, self.logged_at, self.idle_at = step, time.monotonic(), self.not_training()
 
-  def check(self) -> None:
+  def check(self, step: int) -> None:
     """NonFiniteError when the interval's metrics are not finite."""
     if self.metrics is not None and not bool(all_finite(self.metrics)):
       shown = ", ".join(f"{k}={float(v):.4g}" for k, v in sorted(self.metrics.compute().items()))
       raise errors.NonFiniteError(
-          f"non-finite training metrics in steps {self.since}-{self.step} ({shown}); "
-          f"stopped. The latest checkpoint (step {self.trainer.checkpoints.latest_step()}) "
-          "is the last finite one.")
+          f"non-finite training metrics in steps {self.since}-{step} ({shown}); stopped.")
 
-  def __call__(self, step: int, metrics) -> dict[str, float]:
-    self.step = step
+  def __call__(self, step: int, state, metrics) -> dict[str, float]:
+    del state
     self.metrics = metrics if self.metrics is None else self.metrics.merge(metrics)
-    if step == self.first:  # steps/s from here on: compilation excluded
+    logs = is_time(step, self.every, self.span.last)
+    if step == self.span.start + 1:  # steps/s from here on: compilation excluded
       jax.block_until_ready(metrics)
-      if not is_time(step, self.trainer.config.log_every_steps, self.last):
-        self.log_step, self.logged_at = step, time.monotonic()
-    if not is_time(step, self.trainer.config.log_every_steps, self.last):
+      if not logs:
+        self._interval_start(step)
+    if not logs:
       return {}
-    self.check()
+    self.check(step)
     summary = {f"train_{k}": float(v) for k, v in self.metrics.compute().items()}
-    summary.update(self.trainer.task.learning_rates(step))
-    now = time.monotonic()
-    seconds = max(now - self.logged_at - self.excluded, 1e-9)
-    scalars = {}
-    if step > self.log_step and self.log_step >= self.first:
-      scalars = self.speed.scalars(step - self.log_step, seconds)
-      rate = (step - self.log_step) / seconds
-      self.writer.summary.add_perf(step, scalars)
-    else:  # the run's first step: its time, compilation included
-      rate = 1 / max(now - self.started, 1e-9)
+    summary.update(self.learning_rates(step))
+    rate, scalars = self._speed(step)
     self.writer.summary.train = {"step": step, "metrics": summary}
     self.writer.write_scalars(step, {**summary, "steps_per_sec": rate, **scalars})
     self.writer.flush()
-    self.trainer.say(console.progress_line(
-        step, self.trainer.total_steps, summary, self.trainer.task.headline, rate, self.last,
-        perf.console(self.trainer.config.batch_size, rate, scalars)))
+    console.print_line(console.progress_line(
+        step, self.span.total, summary, self.headline, rate, self.span.last,
+        perf.console(self.batch_size, rate, scalars)))
     self.metrics, self.since = None, step + 1
-    self.log_step, self.logged_at, self.excluded = step, now, 0.0
+    self._interval_start(step)
     return summary
+
+  def _speed(self, step: int) -> tuple[float, dict[str, float]]:
+    """(steps/s, perf/ scalars) of the interval ending at `step`; the run's first step
+    alone: its steps/s, compilation included, and no scalars."""
+    now = time.monotonic()
+    if not step > self.log_step > self.span.start:
+      return 1 / max(now - self.started, 1e-9), {}
+    seconds = max(now - self.logged_at - (self.not_training() - self.idle_at), 1e-9)
+    scalars = self.speed.scalars(step - self.log_step, seconds)
+    self.writer.summary.add_perf(step, scalars)
+    return (step - self.log_step) / seconds, scalars
 
 
 class Evaluation:
-  """The task's whole-set evaluation and pictures at every `eval_every_steps` and the last
-  step; its time is left out of the training speed. None in a synthetic speed run (there is
-  no evaluation data)."""
+  """The task's whole-set evaluation (`evaluate(state)`; None: a synthetic speed run, with
+  no evaluation data) and its pictures, at every `every` steps and the schedule's last step.
+  `seconds` counts the time it took, which the training speed leaves out."""
 
-  def __init__(self, trainer, writer, progress: Progress):
-    self.trainer, self.writer, self.progress = trainer, writer, progress
+  def __init__(self, writer, span: Span, *, every: int, headline: str,
+               evaluate: Callable | None, pictures: Callable, workdir: str):
+    self.writer, self.span, self.every, self.headline = writer, span, every, headline
+    self._evaluate, self._pictures, self.workdir = evaluate, pictures, workdir
+    self.seconds = 0.0
 
-  def evaluate(self, step: int, write: bool = True) -> dict[str, float]:
-    t = self.trainer
-    if t.synthetic:
+  def evaluate(self, step: int, state, write: bool = True) -> dict[str, float]:
+    """The evaluation of `state` (at `step`), written with its pictures when `write`."""
+    if self._evaluate is None:
       return {}
-    evaluation = t.task.evaluate(t.state)
-    if write:
-      self.writer.write_scalars(step, evaluation)
-      self.pictures(step)
-      self.writer.flush()
-    t.say(console.eval_line(step, t.total_steps, evaluation, t.task.headline))
-    return evaluation
-
-  def pictures(self, step: int) -> None:
-    """The task's pictures: to TensorBoard and as PNG files under workdir/images/."""
-    pictures = self.trainer.task.image_summaries(self.trainer.state)
-    if pictures and jax.process_index() == 0:
-      self.writer.write_images(step, pictures)
-      images.save_png(pictures, self.trainer.workdir, step)
-
-  def __call__(self, step: int, metrics) -> dict[str, float]:
-    del metrics
-    if self.trainer.synthetic or not is_time(step, self.trainer.config.eval_every_steps,
-                                             self.trainer.total_steps):
-      return {}
-    self.progress.check()
     started = time.monotonic()
-    with self.trainer.interruptible():
-      evaluation = self.evaluate(step)
-    self.progress.excluded += time.monotonic() - started
+    try:
+      evaluation = self._evaluate(state)
+      if write:
+        self.writer.write_scalars(step, evaluation)
+        self.pictures(step, state)
+        self.writer.flush()
+    finally:
+      self.seconds += time.monotonic() - started
+    console.print_line(console.eval_line(step, self.span.total, evaluation, self.headline))
     return evaluation
+
+  def pictures(self, step: int, state) -> None:
+    """The task's pictures: to TensorBoard and as PNG files under workdir/images/."""
+    pictures = self._pictures(state)
+    if pictures and multihost.is_primary():
+      self.writer.write_images(step, pictures)
+      images.save_png(pictures, self.workdir, step)
+
+  def __call__(self, step: int, state, metrics) -> dict[str, float]:
+    del metrics
+    if self._evaluate is None or not is_time(step, self.every, self.span.total):
+      return {}
+    require_finite(state, step, "its evaluation")
+    with PREEMPTION.interruptible():
+      return self.evaluate(step, state)
 
 
 class Checkpoint:
-  """Saves every `checkpoint_every_steps`, at the last step, once `first_checkpoint_secs`
-  after the start (a short job keeps something) and on a stop request; never a
-  non-finite state."""
+  """Saves every `every` steps, at the last step, and once `first_save_secs` after the
+  start (a short job keeps something); never a non-finite state. Whether the early save
+  is due depends on each process's clock, so they agree on it, at log steps only."""
 
-  def __init__(self, trainer, progress: Progress, last: int):
-    self.trainer, self.progress, self.last = trainer, progress, last
-    self.early_at = time.monotonic() + trainer.config.first_checkpoint_secs
+  def __init__(self, checkpoints, span: Span, *, every: int, log_every: int,
+               first_save_secs: float):
+    self.checkpoints, self.span, self.every, self.log_every = checkpoints, span, every, log_every
+    self.early_at = time.monotonic() + first_save_secs
     self.saved = False
 
-  def save(self, step: int) -> None:
-    t = self.trainer
-    self.progress.check()
-    if not bool(all_finite(t.state)):
-      raise errors.NonFiniteError(
-          f"non-finite state after step {step}; stopped. The latest checkpoint (step "
-          f"{t.checkpoints.latest_step()}) is the last finite one.")
-    if t.checkpoints.latest_step() != step:
-      t.checkpoints.save(step, state_lib.storable(t.state), force=True)
+  def save(self, step: int, state) -> None:
+    require_finite(state, step, "saving it")
+    if self.checkpoints.latest_step() != step:
+      self.checkpoints.save(step, state_lib.as_saved(state), force=True)
     self.saved = True
 
-  def __call__(self, step: int, metrics, stop: bool = False) -> dict[str, float]:
+  def _early(self, step: int) -> bool:
+    return (not self.saved and is_time(step, self.log_every, self.span.last)
+            and multihost.any_process(time.monotonic() >= self.early_at))
+
+  def __call__(self, step: int, state, metrics) -> dict[str, float]:
     del metrics
-    early = not self.saved and time.monotonic() >= self.early_at
-    stop, early = self.trainer.agree(stop, early)
-    if stop or early or is_time(step, self.trainer.config.checkpoint_every_steps, self.last):
-      self.save(step)
+    if is_time(step, self.every, self.span.last) or self._early(step):
+      self.save(step, state)
     return {}
 
 
 class Profile:
   """A jax.profiler trace of `config.profile_steps` (profiling.StepProfiler)."""
 
-  def __init__(self, trainer, start: int):
-    self.profiler = profiling.StepProfiler(trainer.config, trainer.workdir, start)
+  def __init__(self, profiler: profiling.StepProfiler):
+    self.profiler = profiler
 
   def before_step(self, step: int) -> None:
     self.profiler.before_step(step)
 
-  def __call__(self, step: int, metrics) -> dict[str, float]:
-    self.profiler.after_step(step, metrics)
+  def __call__(self, step: int, state, metrics) -> dict[str, float]:
+    del metrics
+    self.profiler.after_step(step, state)
     return {}
 
   def close(self) -> None:

@@ -2,7 +2,7 @@
 event-file writer and summary protos, PNG pictures encoded by Pillow. Each (tag, step) is
 written once across resumes: a killed run may have written points after its last
 checkpoint, and the resumed run, which repeats those steps with the same values, skips
-them (the run summary, workdir.RunSummary, remembers what was written)."""
+them (the run summary, run_summary.RunSummary, remembers what was written)."""
 
 import contextlib
 import io
@@ -13,8 +13,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from attention_lab.train import errors
-from attention_lab.train import workdir as workdir_lib
+from attention_lab.train import errors, run_summary, workdir as workdir_lib
 
 
 def _png(image: np.ndarray) -> summary_pb2.Summary.Image:
@@ -31,7 +30,7 @@ class Writer:
   """Scalars and images to `<workdir>/events.out.tfevents.*` (process 0; the others write
   nothing), each point at most once per step across resumes (`summary.written`)."""
 
-  def __init__(self, workdir: str, summary: workdir_lib.RunSummary, latest_step=lambda: None):
+  def __init__(self, workdir: str, summary: run_summary.RunSummary, latest_step=lambda: None):
     self.summary, self.workdir, self.latest_step = summary, workdir, latest_step
     self.events = (EventFileWriter(str(workdir_lib.resolve(workdir)))
                    if jax.process_index() == 0 else None)

@@ -19,13 +19,13 @@ scan stays: unrolled, XLA:TPU kept every micro-batch's activations alive at once
 
 A task's train_step:
 
-    def loss_fn(params, rest, batch):
-      model = net.model({"params": params, "rest": rest}, train=True)
+    def loss_fn(params, non_params, batch):
+      model = net.model({"params": params, "non_params": non_params}, train=True)
       loss, values = loss_and_metrics(model(batch["image"]), batch)
       return loss, (base.non_params(model), values)
 
-    grads, (rest, values) = microbatch.accumulate(
-        jax.grad(loss_fn, has_aux=True), state["params"], state["rest"], batch, k)
+    grads, (non_params, values) = microbatch.accumulate(
+        jax.grad(loss_fn, has_aux=True), state["params"], state["non_params"], batch, k)
 """
 
 import functools

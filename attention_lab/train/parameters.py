@@ -2,7 +2,7 @@
 `clu.parameter_overview`.
 
 The parameters of a state are its arrays under a "params" key at any depth (one model's
-{"params", "rest", "opt_state"}, or the GAN's generator and discriminator). clu takes a
+{"params", "non_params", "opt_state"}, or the GAN's generator and discriminator). clu takes a
 dict of arrays and not an `nnx.State`, so they are handed over as one flat dict keyed by
 path ("params/block/key/kernel"; the `nnx.Variable`'s own "value" attribute left out).
 """

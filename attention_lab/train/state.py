@@ -1,6 +1,6 @@
 """The train state on a mesh: the mesh, the state's shardings, the jitted train step, and
-the state created or restored straight into its shardings. The loop, perf, `aot` and
-`predict` all build it here.
+the state created or restored straight into its shardings (a `StateLayout`). The loop,
+perf, `aot` and `predict` all build it here.
 
 The state is a pytree of arrays placed with NamedSharding over a `jax.sharding.Mesh`
 with one "data" axis (replicated, or parameters split along their largest divisible axis
@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from attention_lab.train import workdir as workdir_lib
+from attention_lab.train import checkpointing
 
 
 def make_mesh(config, devices=None) -> jax.sharding.Mesh:
@@ -85,13 +85,13 @@ def is_key(x) -> bool:
   return jnp.issubdtype(getattr(x, "dtype", np.float32), jax.dtypes.prng_key)
 
 
-def storable(state):
-  """`state` as saved: typed PRNG keys become their raw uint32 key data."""
+def as_saved(state):
+  """`state` as checkpoints hold it: typed PRNG keys become their raw uint32 key data."""
   return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, state)
 
 
-def unstorable(restored, like):
-  """Undoes `storable`, given the (abstract) state it came from."""
+def from_saved(restored, like):
+  """Undoes `as_saved`, given the (abstract) state it came from."""
   return jax.tree.map(
       lambda r, x: jax.random.wrap_key_data(r, impl=x.dtype._impl) if is_key(x) else r,  # pylint: disable=protected-access
       restored, like)
@@ -111,9 +111,10 @@ def restore_target(abstract, shardings):
   return jax.tree.map(target, abstract, shardings)
 
 
-class TrainState:
-  """A task's state on `mesh`: `abstract` (its ShapeDtypeStructs), `shardings`, the jitted
-  `train_step`, and `restore(checkpoints)` or `init()` to place the arrays."""
+class StateLayout:
+  """The layout of a task's state on `mesh`: its shapes (`abstract`, ShapeDtypeStructs),
+  its `shardings`, the jitted `train_step` that keeps them, and `init()` or
+  `restore(checkpoints)` to create the arrays in them."""
 
   def __init__(self, task, mesh, param_sharding: str):
     self.task, self.mesh = task, mesh
@@ -126,11 +127,11 @@ class TrainState:
     return self.task.from_pretrained(jax.jit(self.task.init_state,
                                              out_shardings=self.shardings)())
 
-  def restore(self, checkpoints: "workdir_lib.Checkpoints", step: int | None = None):
+  def restore(self, checkpoints: checkpointing.Checkpoints, step: int | None = None):
     """(state, step) of the newest step that restores (or `step`); None without one."""
     target = restore_target(self.abstract, self.shardings)
-    restored = (checkpoints.restore(target, warn=workdir_lib.warn) if step is None
+    restored = (checkpoints.restore(target) if step is None
                 else checkpoints.restore_step(step, target))
     if restored is None:
       return None
-    return unstorable(restored[0], self.abstract), restored[1]
+    return from_saved(restored[0], self.abstract), restored[1]

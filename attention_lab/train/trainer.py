@@ -1,29 +1,40 @@
 """THE train loop, for every task: a train step, then hooks (train/hooks.py: progress,
 evaluation, checkpoints, profile). It knows no model and no loss: `config.task` names a
 module of attention_lab/train/tasks/ that owns those (tasks/base.py states the contract).
-The state, its shardings and the jitted step come from train/state.py, the checkpoints,
-config record and run summary from train/workdir.py.
+The state's layout, its shardings and the jitted step come from train/state.py; the
+workdir's checkpoints, config record and run summary from train/checkpointing.py,
+train/config_record.py and train/run_summary.py.
 
-Preemption is handled in one place: SIGTERM raises a flag (train/signals.py) that the loop
-reads after every step (all processes agree on it); inside waiting for data and
-evaluation (one process) it also aborts them, so the step reached is saved at once.
+Preemption is train/signals.py's: the loop asks it before every step whether to stop (every
+process gets the same answer, with no collective on the step), saves the step reached and
+returns. Inside waiting for data and evaluation (one process) a SIGTERM also aborts them,
+so the step reached is saved at once.
 """
 
 import contextlib
+from typing import NamedTuple
 
 import jax
 import ml_collections
-import numpy as np
-from jax.experimental import multihost_utils
 
 from attention_lab.data import synthetic
-from attention_lab.train import (console, data_faults, errors, hooks, metric_writing, state,
-                                 tasks, workdir as workdir_lib)
+from attention_lab.train import (checkpointing, config_record, console, data_faults, errors,
+                                 hooks, metric_writing, multihost, perf, profiling,
+                                 run_summary, state as state_lib, tasks,
+                                 workdir as workdir_lib)
 from attention_lab.train.parameters import count_parameters, write_table
 from attention_lab.train.signals import PREEMPTION, Interrupted
 from attention_lab.train.validation import validate_config
 
 NonFiniteError = errors.NonFiniteError
+
+
+class Hooks(NamedTuple):
+  """A run's hooks, in the order they follow a step (the profiler also precedes it)."""
+  profile: hooks.Profile
+  progress: hooks.Progress
+  evaluation: hooks.Evaluation
+  checkpoint: hooks.Checkpoint
 
 
 class Trainer:
@@ -36,8 +47,8 @@ class Trainer:
     self.config, self.workdir, self.preempted = config, workdir, False
     validate_config(config)
     workdir_lib.prepare(workdir)
-    self.mesh = state.make_mesh(config)
-    self.local_batch = state.check_batch(config, self.mesh)
+    self.mesh = state_lib.make_mesh(config)
+    self.local_batch = state_lib.check_batch(config, self.mesh)
     self.env = tasks.Environment(self.mesh, workdir, self.local_batch, dependencies or {})
     self.task = tasks.create(config, self.env)
     self.total_steps = self.task.total_steps
@@ -49,24 +60,23 @@ class Trainer:
     if not self.synthetic:
       from attention_lab.data import availability  # pylint: disable=g-import-not-at-top
       availability.require_prepared(config)  # before any data is read: one line
-    self.train_state = state.TrainState(self.task, self.mesh, config.mesh.param_sharding)
-    self.train_step = self.train_state.train_step
+    self.layout = state_lib.StateLayout(self.task, self.mesh, config.mesh.param_sharding)
+    self.train_step = self.layout.train_step
     with self.write_faults():
-      workdir_lib.check_workdir_config(config, workdir, self.say)
-      self.checkpoints = workdir_lib.Checkpoints(
+      config_record.check_or_write(config, workdir)
+      self.checkpoints = checkpointing.Checkpoints(
           workdir, max_to_keep=config.keep_checkpoints,
           save_interval_steps=config.checkpoint_every_steps)
-      restored = self.train_state.restore(self.checkpoints)
+      restored = self.layout.restore(self.checkpoints)
       if restored is None:
-        self.state = self.train_state.init()
+        self.state = self.layout.init()
       else:
         self.state = restored[0]
-        self.say(f"Resumed from {self.checkpoints.directory} at step {restored[1]}")
+        console.print_line(f"Resumed from {self.checkpoints.directory} at step {restored[1]}")
       self.num_parameters = count_parameters(self.state)
-      table = write_table(self.state, workdir) if jax.process_index() == 0 else None
-    self.say(f"Parameters: {self.num_parameters:,}" + (f" (table: {table})" if table else ""))
-
-  say = staticmethod(console.say)
+      table = write_table(self.state, workdir) if multihost.is_primary() else None
+    console.print_line(f"Parameters: {self.num_parameters:,}"
+                       + (f" (table: {table})" if table else ""))
 
   def global_batch(self, batch):
     """This process's numpy batch → global arrays sharded over the mesh's "data" axis."""
@@ -77,19 +87,8 @@ class Trainer:
 
   def save(self, *, force: bool = True) -> None:
     """Saves the current state as its step (and waits for the write)."""
-    self.checkpoints.save(int(self.state["step"]), state.storable(self.state), force=force)
+    self.checkpoints.save(int(self.state["step"]), state_lib.as_saved(self.state), force=force)
     self.checkpoints.wait_until_finished()
-
-  def agree(self, *flags: bool) -> tuple[bool, ...]:
-    """Each flag, true if it is true on any process (an all-gather when there are several)."""
-    if jax.process_count() == 1:
-      return tuple(bool(f) for f in flags)
-    gathered = multihost_utils.process_allgather(np.asarray(flags, np.int32))
-    return tuple(bool(f) for f in np.asarray(gathered).reshape(-1, len(flags)).max(axis=0))
-
-  def interruptible(self):
-    """A region a SIGTERM aborts (one process: several must agree on where they stop)."""
-    return PREEMPTION.interruptible(jax.process_count() == 1)
 
   @contextlib.contextmanager
   def write_faults(self):
@@ -102,6 +101,15 @@ class Trainer:
       if fault is None:
         raise
       raise fault from e
+
+  @contextlib.contextmanager
+  def non_finite_keeps_last_checkpoint(self):
+    """A NonFiniteError (a hook's) says which checkpoint is the last finite one."""
+    try:
+      yield
+    except NonFiniteError as e:
+      raise NonFiniteError(f"{e} The latest checkpoint (step {self.checkpoints.latest_step()})"
+                           " is the last finite one.") from e
 
   def batches(self, start: int):
     """Global batches from step `start` on: the task's data, or synthetic ones."""
@@ -118,66 +126,91 @@ class Trainer:
     (a session budget: the schedule still spans `total_steps`); saves and returns the last
     metrics (for a finished workdir: the last step's, with a fresh evaluation). On SIGTERM
     it saves the step reached, sets `self.preempted` and returns."""
-    start = step = int(self.state["step"])
+    start = int(self.state["step"])
     last = self.total_steps if until_step is None else min(until_step, self.total_steps)
-    self.record = workdir_lib.RunSummary(self.workdir, start)
+    self.record = run_summary.RunSummary(self.workdir, start)
     writer = metric_writing.Writer(self.workdir, self.record, self.checkpoints.latest_step)
-    progress = hooks.Progress(self, writer, start, last)
-    evaluation = hooks.Evaluation(self, writer, progress)
-    checkpoint, profile = hooks.Checkpoint(self, progress, last), hooks.Profile(self, start)
+    run_hooks = self._hooks(writer, hooks.Span(start, last, self.total_steps))
     installed = PREEMPTION.install()
     try:
-      with self.write_faults():
-        summary = self._owed_summary(start, last, evaluation)
-        try:
-          data = self.batches(start) if start < last else None
-          while step < last and not self.agree(PREEMPTION.requested)[0]:
-            with self.interruptible():
-              batch = next(data)
-            if step == start:
-              progress.before_first_step(self.state, batch)
-            profile.before_step(step)
-            self.state, metrics = self.train_step(self.state, batch)
-            step += 1
-            for hook in (profile, progress, evaluation):
-              summary.update(hook(step, metrics))
-            checkpoint(step, metrics, stop=PREEMPTION.requested)
-        except Interrupted:  # SIGTERM in evaluation or data loading: `step` is complete
-          if step > start:
-            checkpoint.save(step)
-        except Exception as e:  # pylint: disable=broad-except
-          if not data_faults.is_data_loss(e):
-            raise
-          where = self._saved_line()
-          if step > start:  # a damaged dataset file: `step` is complete
-            checkpoint.save(step)
-            self.checkpoints.wait_until_finished()
-            where = f"saved step {step} (the step reached) in {self.checkpoints.directory}"
-          raise data_faults.corruption_error(self.config, e, where) from e
+      with self.write_faults(), self.non_finite_keeps_last_checkpoint():
+        summary = self._summary_at_start(start, last, run_hooks.evaluation)
+        step = self._train(start, last, run_hooks, summary)
         self.checkpoints.wait_until_finished()
-        if PREEMPTION.requested:
-          self._preempted()
+        if PREEMPTION.stopped:
+          self._report_preemption()
         elif step == self.total_steps:
           self.record.final = summary
     finally:
-      profile.close()
+      run_hooks.profile.close()
       self.checkpoints.wait_until_finished()
       if installed:
         PREEMPTION.uninstall()
       writer.close()
     return summary
 
-  def _saved_line(self) -> str:
-    latest = self.checkpoints.latest_step()
-    return (f"the latest checkpoint is step {latest}, in {self.checkpoints.directory}"
-            if latest is not None else "no checkpoint saved yet")
+  def _train(self, start: int, last: int, run_hooks: Hooks, summary: dict) -> int:
+    """The steps from `start` to `last`, each followed by the hooks (their scalars go into
+    `summary`), until a stop; returns the step reached, saved if a SIGTERM stopped it."""
+    step = start
+    data = self.batches(start) if start < last else None
+    try:
+      while step < last and not PREEMPTION.should_stop():
+        with PREEMPTION.interruptible():
+          batch = next(data)
+        if step == start:  # compiles the step for its FLOP count; the call below reuses it
+          run_hooks.progress.speed = perf.Speed.of_step(
+              self.task, self.train_step, self.state, batch, self.mesh, self.config)
+        run_hooks.profile.before_step(step)
+        self.state, metrics = self.train_step(self.state, batch)
+        step += 1
+        for hook in run_hooks:
+          summary.update(hook(step, self.state, metrics))
+    except Interrupted:  # SIGTERM in evaluation or data loading: `step` is complete
+      pass
+    except Exception as e:  # pylint: disable=broad-except
+      if not data_faults.is_data_loss(e):
+        raise
+      raise self._data_loss(e, start, step, run_hooks.checkpoint) from e
+    if PREEMPTION.stopped and step > start:
+      run_hooks.checkpoint.save(step, self.state)
+    return step
 
-  def _preempted(self) -> None:
-    PREEMPTION.requested, self.preempted = False, True
+  def _hooks(self, writer, span: hooks.Span) -> Hooks:
+    config, task = self.config, self.task
+    evaluation = hooks.Evaluation(
+        writer, span, every=config.eval_every_steps, headline=task.headline,
+        evaluate=None if self.synthetic else task.evaluate, pictures=task.image_summaries,
+        workdir=self.workdir)
+    progress = hooks.Progress(
+        writer, span, every=config.log_every_steps, headline=task.headline,
+        batch_size=config.batch_size, learning_rates=task.learning_rates,
+        not_training=lambda: evaluation.seconds)
+    checkpoint = hooks.Checkpoint(
+        self.checkpoints, span, every=config.checkpoint_every_steps,
+        log_every=config.log_every_steps, first_save_secs=config.first_checkpoint_secs)
+    profile = hooks.Profile(profiling.StepProfiler(config, self.workdir, span.start))
+    return Hooks(profile, progress, evaluation, checkpoint)
+
+  def _data_loss(self, error: Exception, start: int, step: int, checkpoint) -> Exception:
+    """A damaged dataset file: the step reached saved (it is complete), and the one line
+    that says so."""
     latest = self.checkpoints.latest_step()
-    self.say(f"SIGTERM: saved step {latest} in {self.checkpoints.directory}; run the same "
-             "command again to resume" if latest is not None else
-             "SIGTERM before the first step: nothing to save")
+    where = (f"the latest checkpoint is step {latest}, in {self.checkpoints.directory}"
+             if latest is not None else "no checkpoint saved yet")
+    if step > start:
+      checkpoint.save(step, self.state)
+      self.checkpoints.wait_until_finished()
+      where = f"saved step {step} (the step reached) in {self.checkpoints.directory}"
+    return data_faults.corruption_error(self.config, error, where)
+
+  def _report_preemption(self) -> None:
+    self.preempted = True
+    latest = self.checkpoints.latest_step()
+    console.print_line(
+        f"SIGTERM: saved step {latest} in {self.checkpoints.directory}; run the same "
+        "command again to resume" if latest is not None else
+        "SIGTERM before the first step: nothing to save")
 
   def median_examples_per_second(self) -> float | None:
     """The median perf/examples_per_second of the run's log intervals (a resumed or
@@ -185,14 +218,14 @@ class Trainer:
     return getattr(self, "record", None) and self.record.perf_medians().get(
         "perf/examples_per_second")
 
-  def _owed_summary(self, start: int, last: int, evaluation) -> dict[str, float]:
-    """What a run owes before its first step. The evaluation of step `start`, if a SIGTERM
-    cut it short. And for a finished workdir (a re-run, or a SIGTERM after the last step),
-    the summary that finished it: the last step's train metrics as recorded, its learning
-    rates and a fresh evaluation."""
+  def _summary_at_start(self, start: int, last: int, evaluation) -> dict[str, float]:
+    """What a run reports before its first step. The evaluation of step `start`, if a
+    SIGTERM cut it short. And for a finished workdir (a re-run, or a SIGTERM after the
+    last step), the summary that finished it: the last step's train metrics as recorded,
+    its learning rates and a fresh evaluation."""
     is_eval_step = start % self.config.eval_every_steps == 0 or start == self.total_steps
-    owed = bool(start) and is_eval_step and self.agree(
-        self.record.last_step("eval_") < start)[0]
+    owed = bool(start) and is_eval_step and multihost.any_process(
+        self.record.last_step("eval_") < start)
     summary = {}
     if start >= last:
       recorded = self.record.train
@@ -200,5 +233,5 @@ class Trainer:
       summary = {k: v for k, v in summary.items() if k.startswith("train_")}
       summary.update(self.task.learning_rates(start))
     if owed or start >= last:
-      summary.update(evaluation.evaluate(start, write=owed))
+      summary.update(evaluation.evaluate(start, self.state, write=owed))
     return summary

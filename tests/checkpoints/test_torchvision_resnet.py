@@ -23,8 +23,8 @@ def load(path, depth=14, width=0.125, **options):
   graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
   params, rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, rest))
   loaded = backbone_weights.load_into(
-      {"params": {"backbone": params}, "rest": {"backbone": rest}}, path)
-  model = nnx.merge(graphdef, loaded["params"]["backbone"], loaded["rest"]["backbone"])
+      {"params": {"backbone": params}, "non_params": {"backbone": rest}}, path)
+  model = nnx.merge(graphdef, loaded["params"]["backbone"], loaded["non_params"]["backbone"])
   model.eval()
   return model
 
@@ -92,7 +92,7 @@ def test_bad_files_and_shapes_are_named(checkpoint, tmp_path):
   with pytest.raises(ValueError, match="stem needs --config.model.stem=standard"):
     load(path, stem="deep")
   with pytest.raises(ValueError, match="does not exist"):
-    backbone_weights.load_into({"params": {}, "rest": {}}, str(tmp_path / "missing.pth"))
+    backbone_weights.load_into({"params": {}, "non_params": {}}, str(tmp_path / "missing.pth"))
 
 
 def test_torch_checkpoints_choose_torch_padding(checkpoint, tmp_path):
@@ -157,6 +157,6 @@ def test_the_segmentation_task_builds_torch_padding_for_a_torch_checkpoint(check
   assert model.backbone.stem.conv.padding == ((3, 3), (3, 3))
   _, params, rest = nnx.split(model, nnx.Param, ...)  # zeros: init_state compiles for a minute
   params, rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (params, rest))
-  loaded = task.from_pretrained({"params": params, "rest": rest})
+  loaded = task.from_pretrained({"params": params, "non_params": rest})
   np.testing.assert_array_equal(loaded["params"]["backbone"]["stem"]["conv"]["kernel"][...],
                                 state_dict["conv1.weight"].transpose(2, 3, 1, 0))

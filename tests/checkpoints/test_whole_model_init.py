@@ -26,14 +26,14 @@ def test_model_scope_copies_head_and_backbone_and_backbone_scope_only_the_backbo
   source = trainer_lib.Trainer(source_config, str(tmp_path / "source"))
   source.save(force=True)
   source.checkpoints.wait_until_finished()
-  expected = {part: _flat(source.state, part) for part in ("params", "rest")}
+  expected = {part: _flat(source.state, part) for part in ("params", "non_params")}
   assert any(k[0] != "backbone" for k in expected["params"])  # a head to copy
   for scope in ("model", "backbone"):
     config = voc_hamnet.get_config("tiny")
     config.seed = 1  # other initial values, so a copy is seen
     config.init_from, config.init_scope = str(tmp_path / "source"), scope
     state = trainer_lib.Trainer(config, str(tmp_path / scope)).state
-    for part in ("params", "rest"):
+    for part in ("params", "non_params"):
       got = _flat(state, part)
       assert got.keys() == expected[part].keys()
       for key, value in got.items():

@@ -22,10 +22,10 @@ def test_init_from_a_workdir_in_a_bucket(gcs_in_process, tmp_path):
   source = {"step": jnp.zeros((), jnp.int32), **net.init()}
   workdir = bucket.url("weights/classifier")
   with ocp.CheckpointManager(epath.Path(workdir) / "checkpoints") as manager:
-    manager.save(5, args=ocp.args.StandardSave(state_lib.storable(source)))
+    manager.save(5, args=ocp.args.StandardSave(state_lib.as_saved(source)))
   assert any(name.startswith("weights/classifier/checkpoints/5/") for name in bucket.names())
   read = backbone_weights.read(workdir)  # the workdir, its newest step, its item folder
-  ours = backbone_weights.flatten({"params": source["params"], "rest": source["rest"]})
+  ours = backbone_weights.flatten({"params": source["params"], "non_params": source["non_params"]})
   backbone = [k for k in ours if k[1] == "backbone"]
   assert len(backbone) > 10
   for key in backbone:

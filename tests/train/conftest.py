@@ -2,6 +2,16 @@
 
 import pytest
 
+from attention_lab.train.signals import PREEMPTION
+
+
+@pytest.fixture(autouse=True)
+def no_stop_left_over():
+  """A test that sends itself SIGTERM leaves the stop decided (train/signals.py: a stop
+  stays); the next test starts without it."""
+  yield
+  PREEMPTION.reset()
+
 
 @pytest.fixture(scope="session")
 def digit_scenes_dir(tmp_path_factory):

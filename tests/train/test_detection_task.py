@@ -112,7 +112,7 @@ def test_init_from_a_classification_checkpoint(task, tmp_path):
   source = jax.tree.map(lambda x: x + 1 if jnp.issubdtype(x.dtype, jnp.floating) else x,
                         {"params": {"backbone": state["params"]["backbone"],
                                     "head": {"kernel": jnp.ones((3, 2))}},
-                         "rest": {"backbone": state["rest"]["backbone"]}})
+                         "non_params": {"backbone": state["non_params"]["backbone"]}})
   with ocp.CheckpointManager(tmp_path / "checkpoints") as manager:
     manager.save(7, args=ocp.args.StandardSave(source))
   task.config.init_from = str(tmp_path)

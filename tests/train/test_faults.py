@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from attention_lab.data import pipeline
-from attention_lab.train import errors, workdir as checkpointing
+from attention_lab.train import checkpointing, config_record, errors
 from configs import default
 from tests.train.test_system import _env
 
@@ -233,6 +233,31 @@ def test_restore_returns_the_newest_step(tmp_path):
                                    save_interval_steps=1).restore({}, warn=pytest.fail) is None
 
 
+def test_a_step_saved_under_an_old_state_key_restores_under_the_new(tmp_path):
+  """A step saved when a model's non-parameter variables were its state's "rest" restores
+  them as "non_params", here nested as the GAN's models are; a model's own variable named
+  "rest" keeps its name. A step saved under the new name restores as it is."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  def state(key, value):
+    return {"step": np.asarray(value, np.int32), "generator": {
+        "params": nnx.State({"w": np.full(2, value, np.float32)}),
+        key: nnx.State({"rest": np.full(3, value, np.float32)})}}
+
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  checkpoints.save(1, state("rest", 1))
+  checkpoints.wait_until_finished()
+  fresh = checkpointing.Checkpoints(str(tmp_path), max_to_keep=3, save_interval_steps=1)
+  for step in (1, 2):
+    restored, restored_step = fresh.restore(state("non_params", 0), warn=pytest.fail)
+    assert restored_step == step and int(restored["step"]) == step
+    assert isinstance(restored["generator"]["non_params"], nnx.State)
+    np.testing.assert_array_equal(restored["generator"]["non_params"]["rest"], [step] * 3)
+    np.testing.assert_array_equal(restored["generator"]["params"]["w"], [step] * 2)
+    fresh.save(2, state("non_params", 2))
+    fresh.wait_until_finished()
+
+
 def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
   # Two copies of the finished reference run, one per command, run side by side.
   workdir, changed = tmp_path / "w", tmp_path / "changed"
@@ -264,43 +289,44 @@ def test_workdir_reused_with_another_config(tmp_path, data_dir, reference):
 
 def test_config_changes_use_an_allow_list():
   config = default.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   config.num_train_steps = 8
   config.dataset.data_dir = "/elsewhere"
   config.mesh.num_devices = 2
   config.optimizer.name = "adam"
   config.batch_size = 32
   recorded["model"]["unclassified_option"] = 1  # a field the code no longer has
-  operational, others = checkpointing.config_changes(recorded, config)
+  operational, others = config_record.config_changes(recorded, config)
   assert operational == {"num_train_steps": (4, 8), "dataset.data_dir": ("", "/elsewhere"),
                          "mesh.num_devices": (-1, 2)}
   assert others == {"batch_size": (16, 32), "optimizer.name": ("sgd", "adam"),
                     "model.unclassified_option": (1, "<absent>")}
 
 
-def test_workdir_recorded_under_renamed_fields_resumes(tmp_path):
+def test_workdir_recorded_under_renamed_fields_resumes(tmp_path, capsys):
   """A config.json with the evaluation options' old names (restoration's evaluation.*,
   detection's inference.* and eval_max_batches) is the same run; a changed value is named
   by its new name."""
   from configs.detection import default as detection  # pylint: disable=g-import-not-at-top
   from configs.restoration import default as restoration  # pylint: disable=g-import-not-at-top
   config = restoration.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   recorded["evaluation"] = recorded.pop("eval")
   (tmp_path / "config.json").write_text(json.dumps(recorded))
-  checkpointing.check_workdir_config(config, str(tmp_path), say=pytest.fail)
+  config_record.check_or_write(config, str(tmp_path))
+  assert not capsys.readouterr().out  # nothing changed, nothing said
   recorded["evaluation"]["protocol"] = "care"
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"eval.protocol": ("care", "plain")})
 
   config = detection.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   evaluation = recorded.pop("eval")
   recorded["eval_max_batches"] = evaluation.pop("max_batches")
   recorded["inference"] = evaluation
-  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  assert config_record.config_changes(recorded, config) == ({}, {})
   recorded["eval"] = {"max_batches": 7}  # the new name, recorded too, is the one compared
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"eval.max_batches": (7, config.eval.max_batches)})
 
 
@@ -365,11 +391,11 @@ def test_workdir_recorded_before_fields_were_added_resumes():
   """A record without the fields added since (micro-batches, BN groups, synthetic data...)
   is the same run while they hold the values older runs had; another value is named."""
   config = default.get_config("tiny")
-  recorded = checkpointing._as_json(config)  # pylint: disable=protected-access
+  recorded = config_record._as_json(config)  # pylint: disable=protected-access
   for name in ("microbatches", "bn_group_size"):
     del recorded[name]
   del recorded["dataset"]["synthetic"], recorded["optimizer"]["mu_dtype"]
-  assert checkpointing.config_changes(recorded, config) == ({}, {})
+  assert config_record.config_changes(recorded, config) == ({}, {})
   config.microbatches = 4
-  assert checkpointing.config_changes(recorded, config) == (
+  assert config_record.config_changes(recorded, config) == (
       {}, {"microbatches": ("<absent>", 4)})

@@ -18,10 +18,10 @@ class Net(nnx.Module):
 
 
 def _state():
-  """A task's state: {"params", "rest", "opt_state"} of an nnx model, split as tasks do."""
+  """A task's state: {"params", "non_params", "opt_state"} of an nnx model, split as tasks do."""
   model = Net(nnx.Rngs(0))
   _, params, rest = nnx.split(model, nnx.Param, ...)
-  return model, {"step": jnp.zeros((), jnp.int32), "params": params, "rest": rest,
+  return model, {"step": jnp.zeros((), jnp.int32), "params": params, "non_params": rest,
                  "opt_state": (jax.tree.map(jnp.zeros_like, params),)}
 
 

@@ -51,19 +51,22 @@ def _task(tmp_path, **overrides):
   return tasks.create(config, base.Environment(mesh, str(tmp_path), config.batch_size))
 
 
-@pytest.mark.parametrize("relative", [False, True])
-def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative):
+@pytest.mark.parametrize("relative, saved_as", [(False, "non_params"), (True, "rest")])
+def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative, saved_as):
   """A classification ResNet's backbone (our orbax checkpoint) initialises the segmenter's;
-  the path may be relative (the README's workdirs are)."""
+  the path may be relative (the README's workdirs are), and the checkpoint older than the
+  state key "non_params" (its BatchNorm statistics under "rest")."""
   task = _task(tmp_path)
   m = task.config.model
   net = base.TrainableModel(lambda rngs: models.create(
       "resnet50", num_classes=10, depth=m.depth, width=m.width, rngs=rngs), optax.sgd(0.1), 3)
   source = {"step": jnp.zeros((), jnp.int32), **net.init()}
   # Non-default batch statistics, so copying them is visible.
-  source["rest"] = jax.tree.map(lambda x: x + 0.5, source["rest"])
+  source["non_params"] = jax.tree.map(lambda x: x + 0.5, source["non_params"])
+  saved = state_lib.as_saved(source)
+  saved[saved_as] = saved.pop("non_params")
   with ocp.CheckpointManager(str(tmp_path / "cls" / "checkpoints")) as manager:
-    manager.save(7, args=ocp.args.StandardSave(state_lib.storable(source)))
+    manager.save(7, args=ocp.args.StandardSave(saved))
   task.config.init_from = str(tmp_path / "cls")
   if relative:
     monkeypatch.chdir(tmp_path)
@@ -71,8 +74,9 @@ def test_init_from_our_classification_checkpoint(tmp_path, monkeypatch, relative
   state = task.init_state()
   loaded = task.from_pretrained(state)
   from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
-  ours = backbone_weights.flatten({"params": loaded["params"], "rest": loaded["rest"]})
-  theirs = backbone_weights.flatten({"params": source["params"], "rest": source["rest"]})
+  ours = backbone_weights.flatten({"params": loaded["params"], "non_params": loaded["non_params"]})
+  theirs = backbone_weights.flatten({"params": source["params"],
+                                     "non_params": source["non_params"]})
   backbone = [k for k in ours if k[1] == "backbone"]
   assert len(backbone) > 20
   for key in backbone:
@@ -97,16 +101,16 @@ def test_init_from_a_classification_config_trains_it_first(tmp_path):
       str(tmp_path / "pretrained"))
   assert int(upstream.state["step"]) == upstream.total_steps == 2
   from attention_lab.checkpoints import backbone_weights  # pylint: disable=g-import-not-at-top
-  ours = backbone_weights.flatten({"params": loaded["params"], "rest": loaded["rest"]})
+  ours = backbone_weights.flatten({"params": loaded["params"], "non_params": loaded["non_params"]})
   theirs = backbone_weights.flatten({"params": upstream.state["params"],
-                                     "rest": upstream.state["rest"]})
+                                     "non_params": upstream.state["non_params"]})
   backbone = [k for k in ours if k[1] == "backbone"]
   assert len(backbone) > 20
   for key in backbone:
     np.testing.assert_array_equal(ours[key], theirs[key])
   again = task.from_pretrained(task.init_state())  # restored, not trained again
   assert os.listdir(tmp_path / "pretrained" / "checkpoints") == ["2"]
-  again = backbone_weights.flatten({"params": again["params"], "rest": again["rest"]})
+  again = backbone_weights.flatten({"params": again["params"], "non_params": again["non_params"]})
   for key in backbone:
     np.testing.assert_array_equal(again[key], ours[key])
   config.init_from = "configs/segmentation/default.py:tiny"

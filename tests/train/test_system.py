@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import pipeline
 from attention_lab.train.trainer import Trainer
 from configs import default
@@ -43,11 +44,19 @@ def _env(devices: int = 1) -> dict[str, str]:
   return env
 
 
-def _main(workdir, data_dir, *args, **popen):
+def _main(workdir, data_dir, *args, module="attention_lab.main", env=None, **popen):
   return subprocess.Popen(
-      [sys.executable, "-m", "attention_lab.main", "--config=configs/default.py:tiny",
+      [sys.executable, "-m", module, "--config=configs/default.py:tiny",
        f"--workdir={workdir}", f"--config.dataset.data_dir={data_dir}", *args],
-      cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+      cwd=REPO, env={**_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, **popen)
+
+
+def _two_processes(workdir, data_dir, *args, **kwargs):
+  """Processes 0 and 1 of one run on 127.0.0.1."""
+  port = _free_port()
+  return [_main(workdir, data_dir, *args, f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2", f"--process_id={i}", **kwargs) for i in range(2)]
 
 
 def _finish(process, timeout=300):
@@ -91,9 +100,8 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path, data_dir, mo
   overrides = {"model.dropout": 0.0, "log_every_steps": 1, "checkpoint_every_steps": 2,
                "keep_checkpoints": 3}
   args = [f"--config.{k}={v}" for k, v in overrides.items()]
-  workdir, port = tmp_path / "two", _free_port()
-  processes = [_main(workdir, data_dir, *args, f"--coordinator_address=127.0.0.1:{port}",
-                     "--num_processes=2", f"--process_id={i}") for i in range(2)]
+  workdir = tmp_path / "two"
+  processes = _two_processes(workdir, data_dir, *args)
 
   # Meanwhile, in this process: 2 devices, the global batch = [process 0's | process 1's].
   config = _tiny(data_dir, **overrides, **{"mesh.num_devices": 2})
@@ -137,6 +145,102 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path, data_dir, mo
     np.testing.assert_allclose(np.asarray(a), b, rtol=0, atol=1e-5)
   summary = resumed.run()  # one process reads the whole split: other batches, same recipe
   assert int(resumed.state["step"]) == 4 and np.isfinite(summary["train_loss"])
+
+
+def test_two_processes_make_no_collective_on_a_plain_step(tmp_path, data_dir):
+  """Every cross-host collective of a two-process run falls before its first step, at a
+  log, evaluation or checkpoint step, or at its end; jax's preemption sync point is asked
+  before every step (a local check: the coordination service acts only on a notice), by
+  the loop alone, with counts 1, 2, 3, ..."""
+  steps, log, evaluate, save = 24, 8, 12, 12
+  args = [f"--config.num_train_steps={steps}", f"--config.log_every_steps={log}",
+          f"--config.eval_every_steps={evaluate}", f"--config.checkpoint_every_steps={save}"]
+  logs = tmp_path / "collectives"
+  processes = _two_processes(tmp_path / "run", data_dir, *args,
+                             module="tests.train.logged_collectives",
+                             env={"COLLECTIVES_LOG": str(logs)})
+  for code, _, err in [_finish(p) for p in processes]:
+    assert code == 0, err[-3000:]
+  boundaries = {0, steps} | {s for s in range(1, steps) if not (s % log and s % evaluate
+                                                                 and s % save)}
+  for process in range(2):
+    calls = [line.split() for line in (tmp_path / f"collectives.{process}").read_text()
+             .splitlines()]
+    at = sorted({int(c[1]) for c in calls if c[0] != "reached_preemption_sync_point"})
+    assert set(at) <= boundaries, f"process {process}: collectives after steps {at}"
+    asked = [int(c[2]) for c in calls if c[0] == "reached_preemption_sync_point"]
+    assert asked == list(range(1, steps + 1)), asked  # before each step, counted
+
+
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_step(tmp_path, data_dir):
+  """A preemption notice (SIGTERM) reaches process 1 only: both processes stop after the
+  same step, save it and exit 0. Resumed for two more steps, the run is bit-exact with one
+  that was never interrupted."""
+  args = ["--config.num_train_steps=1000", "--config.log_every_steps=1",  # stops long before
+          "--config.eval_every_steps=1000", "--config.checkpoint_every_steps=1000"]
+  workdir = tmp_path / "interrupted"
+  preempted = _two_processes(workdir, data_dir, *args)
+  seen = []
+  for line in preempted[0].stdout:  # process 0's progress lines
+    seen.append(line)
+    if line.startswith("step 5/"):
+      break
+  preempted[1].send_signal(signal.SIGTERM)
+  results = [_finish(p) for p in preempted]
+  for code, _, err in results:
+    assert code == 0, err[-3000:]
+  out = "".join(seen) + results[0][1]
+  saved = re.search(r"SIGTERM: saved step (\d+)", out)
+  assert saved, out[-2000:]
+  step = int(saved.group(1))
+  assert [p.name for p in (workdir / "checkpoints").iterdir()] == [str(step)]
+  # Process 0 stopped where process 1 did: its last progress line is of the saved step.
+  assert re.findall(r"^step (\d+)/", out, re.M)[-1] == str(step)
+
+  until = f"--until_step={step + 2}"
+  runs = [_two_processes(w, data_dir, *args, until) for w in (workdir, tmp_path / "straight")]
+  results = [[_finish(p) for p in run] for run in runs]
+  for code, _, err in results[0] + results[1]:
+    assert code == 0, err[-3000:]
+  resumed, straight = (r[0][1] for r in results)
+  assert f"at step {step}" in resumed
+  final = [re.sub(r"examples_per_second=[\d.]+(, )?", "", o.splitlines()[-1])  # less timing
+           for o in (resumed, straight)]
+  assert final[0] == final[1] and final[0].startswith("Final: learning_rate=")
+  assert (sorted(_scalars(workdir)["train_loss"])
+          == sorted(_scalars(tmp_path / "straight")["train_loss"]))
+  ours, theirs = (backbone_weights.read(str(w / "checkpoints" / str(step + 2)), scope="model")
+                  for w in (workdir, tmp_path / "straight"))
+  assert ours.keys() == theirs.keys() and len(ours) > 10
+  for key, value in ours.items():  # every parameter and BatchNorm statistic
+    np.testing.assert_array_equal(value, theirs[key], err_msg=str(key))
+
+
+def _catches_sigterm(pid: int) -> bool:
+  """Whether process `pid` has a handler for SIGTERM (Linux: /proc/PID/status SigCgt)."""
+  status = pathlib.Path(f"/proc/{pid}/status").read_text()
+  caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+  return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+def test_sigterm_to_one_of_two_processes_during_its_imports(tmp_path, data_dir):
+  """The signal reaches process 1 while it imports, before jax's notifier exists: main's
+  early handler keeps it and hands it on, and both processes stop at one step and exit 0
+  (a disagreement would leave one waiting for the other's next step)."""
+  args = ["--config.num_train_steps=1000", "--config.eval_every_steps=1000",
+          "--config.checkpoint_every_steps=1000"]
+  processes = _two_processes(tmp_path, data_dir, *args)
+  deadline = time.monotonic() + 60
+  while not _catches_sigterm(processes[1].pid) and time.monotonic() < deadline:
+    time.sleep(0.01)
+  processes[1].send_signal(signal.SIGTERM)
+  results = [_finish(p) for p in processes]
+  for code, _, err in results:
+    assert code == 0, err[-3000:]
+  saved = re.search(r"SIGTERM: saved step (\d+)|SIGTERM before the first step", results[0][1])
+  assert saved, results[0][1][-2000:]
+  assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == [saved.group(1)] * bool(
+      saved.group(1))
 
 
 def test_sigkill_then_sigterm_at_random_moments_lose_nothing(tmp_path, data_dir):

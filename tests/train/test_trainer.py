@@ -12,6 +12,7 @@ from flax import nnx
 
 from attention_lab.data import pipeline
 from tests.events import written_points
+from attention_lab.train.signals import PREEMPTION
 from attention_lab.train.trainer import NonFiniteError, Trainer
 from configs import default
 
@@ -153,7 +154,9 @@ def test_sigterm_in_data_loading_or_evaluation_saves_the_step_reached(tmp_path, 
   trainer.run()
   assert trainer.preempted and trainer.checkpoints.latest_step() == 2
   assert signal.getsignal(signal.SIGTERM) is handler_before  # the trainer's handler is removed
+  assert Trainer(config, str(tmp_path)).run() == {} and PREEMPTION.stopped  # a stop stays
 
+  PREEMPTION.reset()
   resumed = Trainer(config, str(tmp_path))
   assert int(resumed.state["step"]) == 2
   evaluate, finished = resumed.task.evaluate, []
@@ -186,6 +189,7 @@ def test_sigterm_in_the_last_evaluation_then_a_rerun_ends_as_an_uninterrupted_ru
   trainer.run()
   assert trainer.preempted and trainer.checkpoints.latest_step() == 4
   assert "eval_loss" not in written_points(str(tmp_path / "cut"))
+  PREEMPTION.reset()
   for _ in range(2):  # the owed evaluation, then a plain re-run
     rerun = Trainer(config, str(tmp_path / "cut"))
     assert rerun.run() == expected and not rerun.preempted

@@ -191,9 +191,8 @@ class TrainableModel:
 
   `bn_group_size` (config.bn_group_size): examples per BatchNorm statistics group in
   training, as the papers' per-GPU workers had them; 0 the whole (micro-)batch.
-  Its state is {"params", "rest", "opt_state"}: `rest` holds every non-parameter
-  variable (BatchNorm statistics, RNG keys and counters of dropout or Hamburger
-  bases). The graph definitions come from `nnx.eval_shape`, so building one
+  Its state is {"params", "non_params", "opt_state"}: the non-parameter variables are
+  BatchNorm statistics, RNG keys and counters of dropout or Hamburger bases. The graph definitions come from `nnx.eval_shape`, so building one
   allocates nothing; `init()` is pure and runs under the loop's jit.
   """
 
@@ -211,34 +210,35 @@ class TrainableModel:
   def init(self) -> dict[str, Any]:
     model = self.build(nnx.Rngs(self.seed))
     model.train()
-    _, params, rest = nnx.split(model, nnx.Param, ...)
-    return {"params": params, "rest": rest, "opt_state": self.tx.init(params)}
+    _, params, non_params = nnx.split(model, nnx.Param, ...)
+    return {"params": params, "non_params": non_params, "opt_state": self.tx.init(params)}
 
   def model(self, state, *, train: bool) -> nnx.Module:
     """The module with `state`'s variables (a copy: its updates do not touch `state`)."""
     graphdef = self.train_graphdef if train else self.eval_graphdef
-    return nnx.merge(graphdef, state["params"], state["rest"], copy=True)
+    return nnx.merge(graphdef, state["params"], state["non_params"], copy=True)
 
   def gradients(self, state, batch, loss_fn: Callable, microbatches: int = 1):
-    """(grads, (rest, metrics)) of `loss_fn(model, batch) -> (mean loss, metrics)` for the
+    """(grads, (non_params, metrics)) of `loss_fn(model, batch) -> (mean loss, metrics)` for the
     model in training mode: over the whole batch, or accumulated over `microbatches`
     pieces in one scan (train/microbatch.py; BatchNorm statistics updated per piece, as
     the papers' workers did per step)."""
 
-    def grad_fn(params, rest, batch):
+    def grad_fn(params, variables, batch):  # variables: the non-parameter ones
       def objective(params):
-        model = self.model({"params": params, "rest": rest}, train=True)
+        model = self.model({"params": params, "non_params": variables}, train=True)
         loss, values = loss_fn(model, batch)
         return loss, (non_params(model), values)
       return jax.grad(objective, has_aux=True)(params)
 
-    return microbatch.accumulate(grad_fn, state["params"], state["rest"], batch, microbatches)
+    return microbatch.accumulate(grad_fn, state["params"], state["non_params"], batch,
+                                 microbatches)
 
-  def update(self, state, grads, rest) -> dict[str, Any]:
-    """One optimizer step on `grads`; `rest` replaces the non-parameter variables."""
+  def update(self, state, grads, non_params) -> dict[str, Any]:
+    """One optimizer step on `grads`; `non_params` replaces the non-parameter variables."""
     updates, opt_state = self.tx.update(grads, state["opt_state"], state["params"])
-    return {"params": optax.apply_updates(state["params"], updates), "rest": rest,
-            "opt_state": opt_state}
+    return {"params": optax.apply_updates(state["params"], updates),
+            "non_params": non_params, "opt_state": opt_state}
 
 
 def non_params(model: nnx.Module):

@@ -1,6 +1,6 @@
 """Image classification: softmax cross-entropy with label smoothing; top-1 / top-5.
 
-State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel).
+State: {"step", "params", "non_params", "opt_state"} of one model (base.TrainableModel).
 Data: the TFDS pipelines of data/pipeline.py (digits, CIFAR, ImageNet).
 """
 
@@ -61,10 +61,10 @@ class Classification(base.Task):
     return base.masked_mean(per_example, mask), values
 
   def train_step(self, state, batch):
-    grads, (rest, values) = self.net.gradients(
+    grads, (non_params, values) = self.net.gradients(
         state, batch, lambda model, b: self.loss_and_metrics(model(b["image"]), b),
         self.config.microbatches)
-    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+    return {"step": state["step"] + 1, **self.net.update(state, grads, non_params)}, values
 
   def eval_step(self, state, batch):
     return self.loss_and_metrics(self.model(state)(batch["image"]), batch)[1]

@@ -1,6 +1,6 @@
 """Object detection: RetinaNet (focal loss, smooth-L1 boxes) and COCO mAP by COCOeval.
 
-State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel),
+State: {"step", "params", "non_params", "opt_state"} of one model (base.TrainableModel),
 `config.model.name = "retinanet"` on any ResNet / SE-ResNet / AA-ResNet backbone.
 Data: data/detection.py (`digit_scenes`, `coco/2017`).
 
@@ -110,10 +110,10 @@ class Detection(base.Task):
   def train_step(self, state, batch):
     """With micro-batches each piece's loss is normalised by its own positive anchors (the
     mean of the pieces' losses, as k workers' gradients averaged)."""
-    grads, (rest, values) = self.net.gradients(
+    grads, (non_params, values) = self.net.gradients(
         state, batch, lambda model, b: self.loss_and_metrics(*model(b["image"]), b),
         self.config.microbatches)
-    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+    return {"step": state["step"] + 1, **self.net.update(state, grads, non_params)}, values
 
   def train_batches(self, start_step):
     return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,

@@ -27,7 +27,7 @@ EMA: state["ema"] = decay·ema + (1 − decay)·θ_G after every step
 `config.ema_decay = 0` (the papers' setting) makes it equal to G's weights. Evaluation
 always uses G(ema weights, G's BatchNorm running averages) in evaluation mode.
 
-State: {"step", "generator": {"params", "rest", "opt_state"}, "discriminator": {...},
+State: {"step", "generator": {"params", "non_params", "opt_state"}, "discriminator": {...},
 "ema": G's params, "rng": PRNG key}; the loop shards and checkpoints all of it, so a
 resumed run continues exactly (both models, both optimizer states, EMA, RNG, data).
 
@@ -210,8 +210,8 @@ class GAN(base.Task):
         loss = hinge_d_loss(logits[:b], logits[b:])
         return loss, (base.non_params(disc), (loss, logits[:b].mean(), logits[b:].mean()))
 
-      grads, (rest, values) = jax.grad(loss_fn, has_aux=True)(d_state["params"])
-      return self.discriminator.update(d_state, grads, rest), values
+      grads, (non_params, values) = jax.grad(loss_fn, has_aux=True)(d_state["params"])
+      return self.discriminator.update(d_state, grads, non_params), values
 
     d_state, values = state["discriminator"], []
     for i in range(self.d_steps):  # unrolled, not a lax.scan (the module docstring says why)
@@ -232,14 +232,15 @@ class GAN(base.Task):
       total = loss + self.mode_seeking * mode_seeking_loss(fake, z) if self.mode_seeking else loss
       return total, (base.non_params(gen), base.non_params(disc), loss)
 
-    grads, (g_rest, d_rest, g_loss) = jax.grad(g_loss_fn, has_aux=True)(g_state["params"])
-    g_state = self.generator.update(g_state, grads, g_rest)
+    grads, (g_non_params, d_non_params, g_loss) = jax.grad(g_loss_fn, has_aux=True)(
+        g_state["params"])
+    g_state = self.generator.update(g_state, grads, g_non_params)
     step = state["step"] + 1
     decay = jnp.where(step > self.config.ema_start_step, self.config.ema_decay, 0.0)
     values = GanMetrics.single_from_model_output(
         d_loss=d_loss.mean(), g_loss=g_loss, d_real=d_real.mean(), d_fake=d_fake.mean())
     return {"step": step, "generator": g_state,
-            "discriminator": {**d_state, "rest": d_rest},
+            "discriminator": {**d_state, "non_params": d_non_params},
             "ema": optax.incremental_update(g_state["params"], state["ema"], 1 - decay),
             "rng": rng}, values
 
@@ -261,7 +262,7 @@ class GAN(base.Task):
     """n images (n, S, S, 3) in [−1, 1] from G with the EMA weights, evaluation mode."""
     if self._generate is None:
       def gen(g_state, ema, key, labels):
-        model = nnx.merge(self.generator.eval_graphdef, ema, g_state["rest"], copy=True)
+        model = nnx.merge(self.generator.eval_graphdef, ema, g_state["non_params"], copy=True)
         z = jax.random.normal(key, (labels.shape[0], self.latent_dim), jnp.float32)
         return model(z, labels if self.conditional else None)
 

@@ -1,6 +1,6 @@
 """Image restoration (denoising, 3D→2D projection): L1/L2 loss; whole-set PSNR / SSIM / NRMSE.
 
-State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel),
+State: {"step", "params", "non_params", "opt_state"} of one model (base.TrainableModel),
 e.g. `unet2d`, `unet3d` or `unet_projection` (models/unet.py), whose output has
 the input's channel count.
 

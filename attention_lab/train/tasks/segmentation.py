@@ -1,6 +1,6 @@
 """Semantic segmentation: per-pixel softmax cross-entropy with an ignore label; whole-set mIoU.
 
-State: {"step", "params", "rest", "opt_state"} of one model (base.TrainableModel),
+State: {"step", "params", "non_params", "opt_state"} of one model (base.TrainableModel),
 built by `config.model` with `num_classes` from the dataset (models/segmentation.py:
 `deeplab_v2`, `hamnet`, or `segmenter` with `head`).
 
@@ -150,9 +150,9 @@ class Segmentation(base.Task):
     return loss, TrainMetrics.single_from_model_output(loss=loss, pixel_accuracy=accuracy)
 
   def train_step(self, state, batch):
-    grads, (rest, values) = self.net.gradients(state, batch, self.loss_and_metrics,
+    grads, (non_params, values) = self.net.gradients(state, batch, self.loss_and_metrics,
                                                self.config.microbatches)
-    return {"step": state["step"] + 1, **self.net.update(state, grads, rest)}, values
+    return {"step": state["step"] + 1, **self.net.update(state, grads, non_params)}, values
 
   def train_batches(self, start_step):
     return data.train_iterator(self.config, local_batch_size=self.env.local_batch_size,
