@@ -25,18 +25,22 @@ the worker count.
 
 from __future__ import annotations
 
+import collections.abc
 import signal
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import grain
 import numpy as np
 from absl import flags
-from PIL import Image
 
 from attention_lab.data import info, sources
+from attention_lab.data.transforms import classification
+from attention_lab.data.transforms import image as image_ops
 
 Batch = dict[str, np.ndarray]
+# Positions of an endless stream: below sys.maxsize, which grain's batch lengths
+# (ceil of a float quotient) can round past.
+ENDLESS = 2**62
 # Batches each process (or worker) builds ahead, and the threads building them.
 PREFETCH_BATCHES = 4
 THREADS = 2
@@ -60,7 +64,7 @@ class EpochShuffle(grain.MapDataset):
     self._seed, self._size, self._permutations = seed, len(parent), {}
 
   def __len__(self) -> int:
-    return sys.maxsize
+    return ENDLESS
 
   def __str__(self) -> str:
     return f"EpochShuffle(seed={self._seed})"
@@ -127,6 +131,19 @@ def resumable_batches(records: Sequence, augment: Callable, *, seed: int,
   return iterate(ds, workers)
 
 
+class Indexed(collections.abc.Sequence):
+  """`records` with each example's index added as "index" (int64)."""
+
+  def __init__(self, records: Sequence):
+    self.records = records
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __getitem__(self, index):
+    return {**self.records[index], "index": np.int64(index)}
+
+
 def padded_batches(records: Sequence, preprocess: Callable, *, batch_size: int,
                    limit: int | None = None, pad_values: Mapping[str, int] | None = None,
                    batch_map: Callable | None = None, workers: int = 0) -> Iterator[Batch]:
@@ -161,6 +178,18 @@ def padded_batches(records: Sequence, preprocess: Callable, *, batch_size: int,
   return iterate(ds.batch(batch_size).map(pad), workers)
 
 
+def in_order(records: Sequence, preprocess: Callable, *, batch_size: int,
+             limit: int | None = None, batch_map: Callable | None = None,
+             workers: int = 0) -> Iterator[Batch]:
+  """The first `limit` of `records` (all: None) mapped by `preprocess`, in order, in numpy
+  batches of `batch_size` (the last one smaller), the same on every process."""
+  ds = grain.MapDataset.source(records)
+  if limit is not None:
+    ds = ds[:limit]
+  ds = ds.map(preprocess).batch(batch_size)
+  return iterate(ds if batch_map is None else ds.map(batch_map), workers)
+
+
 # Classification ------------------------------------------------------------------------------
 
 def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -169,36 +198,18 @@ def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
   return info.lookup(name, "classification").stats
 
 
-def _normalizer(name: str, channels: int) -> Callable[[Batch], Batch]:
-  mean, std = (np.asarray(v, np.float32) for v in normalization(name))
-  if channels == 3 and mean.size == 1:  # grey statistics, replicated with the image
-    mean, std = np.repeat(mean, 3), np.repeat(std, 3)
-  scale, shift = 1.0 / (255.0 * std), mean / std
-
-  def normalize(batch):
-    image = batch["image"].astype(np.float32) * scale - shift
-    return {**batch, "image": image.astype(np.float32)}
-  return normalize
+def _options(config) -> dict:
+  """The keyword arguments of transforms.classification for `config`."""
+  d = config.dataset
+  mean, std = normalization(d.name)
+  return dict(dataset=d.name, size=d.image_size, mean=mean, std=std,
+              channels=d.channels or None, normalize=False)
 
 
-def preprocess(config, example, rng: np.random.Generator | None = None):
-  """A TFDS example → {'image': uint8-valued float32 (H, W, C), 'label': int32}, before
-  normalisation (a batch-level map).
-
-  digits: no augmentation (a flip would change the digit); resized bilinearly when
-  `dataset.image_size` is not 32; grey replicated to RGB when `dataset.channels` = 3.
-  """
-  name, size = config.dataset.name, config.dataset.image_size
-  image = example["image"]
-  if name != "digits":
-    raise ValueError(f"dataset.name = {name!r}: not yet on the numpy pipeline")
-  if size != image.shape[0]:
-    image = np.asarray(Image.fromarray(image[..., 0]).resize((size, size), Image.BILINEAR))
-    image = image[..., None]
-  image = image.astype(np.float32)
-  if config.dataset.channels == 3 and image.shape[-1] == 1:
-    image = np.repeat(image, 3, axis=-1)
-  return {"image": image, "label": np.int32(example["label"])}
+def _normalizer(config) -> Callable[[Batch], Batch]:
+  """The per-batch normalisation (pixel/255 − mean)/std of the classification images."""
+  mean, std = normalization(config.dataset.name)
+  return lambda batch: {**batch, "image": image_ops.normalize(batch["image"], mean, std)}
 
 
 def _records(config, split: str):
@@ -206,24 +217,21 @@ def _records(config, split: str):
   return sources.records(config.dataset, split)
 
 
-def _channels(config) -> int:
-  return config.dataset.channels or info.lookup(config.dataset.name).channels
-
-
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of numpy batches for this process, positioned at `start_step`."""
-  d = config.dataset
-  return resumable_batches(
-      _records(config, d.train_split), lambda example, rng: preprocess(config, example, rng),
-      seed=config.seed, batch_shape=(local_batch_size,), start_step=start_step,
-      workers=d.workers, batch_map=_normalizer(d.name, _channels(config)))
+  d, options = config.dataset, _options(config)
+  augment = lambda ex, rng: classification.train(ex["image"], ex["label"], rng, crop=d.crop,
+                                                 **options)
+  return resumable_batches(_records(config, d.train_split), augment, seed=config.seed,
+                           batch_shape=(local_batch_size,), start_step=start_step,
+                           workers=d.workers, batch_map=_normalizer(config))
 
 
 def eval_batches(config, *, local_batch_size: int):
   """One pass over this process's share of the eval split, padded to full batches with a
   'mask'."""
-  d = config.dataset
-  return padded_batches(
-      _records(config, d.eval_split), lambda example: preprocess(config, example),
-      batch_size=local_batch_size, batch_map=_normalizer(d.name, _channels(config)),
-      workers=d.workers)
+  d, options = config.dataset, _options(config)
+  preprocess = lambda ex: classification.evaluate(ex["image"], ex["label"], **options)
+  return padded_batches(_records(config, d.eval_split), preprocess,
+                        batch_size=local_batch_size, batch_map=_normalizer(config),
+                        workers=d.workers)

@@ -61,14 +61,13 @@ class Records(collections.abc.Sequence):
 
   def __init__(self, folder: str, split: str):
     self.folder, self.split = str(folder), split
-    builder = tfds.builder_from_directory(self.folder, file_format="array_record")
-    features = builder.info.features
-    self._images = [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
-    self._decoders = {k: tfds.decode.SkipDecoding() for k in self._images}
-    self._features = features
-    self._files = builder.info.splits[split].file_instructions
-    self._source = builder.as_data_source(
+    builder = tfds.builder_from_directory(self.folder)
+    self._source = builder.as_data_source(  # switches a converted dataset to ArrayRecord
         split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+    self._files = builder.info.splits[split].file_instructions
+    self._features = builder.info.features
+    self._images = [k for k, f in self._features.items() if isinstance(f, tfds.features.Image)]
+    self._decoders = {k: tfds.decode.SkipDecoding() for k in self._images}
 
   def __reduce__(self):
     return Records, (self.folder, self.split)
@@ -99,6 +98,19 @@ class Records(collections.abc.Sequence):
     return example
 
 
+class ImageFiles(collections.abc.Sequence):
+  """Image files (any epath) as examples {"image": uint8 (H, W, C)}, by index."""
+
+  def __init__(self, paths):
+    self.paths = [str(p) for p in paths]
+
+  def __len__(self) -> int:
+    return len(self.paths)
+
+  def __getitem__(self, index):
+    return {"image": decode_image(epath.Path(self.paths[int(index)]).read_bytes())}
+
+
 # Finding (and making) the prepared folder --------------------------------------------------
 
 def _is_remote(path: str) -> bool:
@@ -127,7 +139,7 @@ def version_dir(dataset) -> str:
   data_dir into CACHE; cli.ConfigError (one line) when it cannot be read."""
   from attention_lab.data import availability, prepare  # pylint: disable=g-import-not-at-top
   builder = find_prepared(dataset.name, dataset.data_dir)
-  if builder is None:
+  if builder is None or not has_array_record(builder):
     prepare.prepare_on_first_use(dataset)
     builder = find_prepared(dataset.name, dataset.data_dir)
   if builder is None or not has_array_record(builder):
