@@ -15,17 +15,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from attention_lab.data import detection as tf_detection
-from attention_lab.data import gan as tf_gan
+from attention_lab.data import info
 from attention_lab.data import pipeline
-from attention_lab.data import restoration as tf_restoration
-from attention_lab.data import segmentation as tf_segmentation
+from attention_lab.data import segmentation as segmentation_data
 from attention_lab.data.transforms import classification
 from attention_lab.data.transforms import detection
 from attention_lab.data.transforms import gan
 from attention_lab.data.transforms import image as image_ops
 from attention_lab.data.transforms import restoration
 from attention_lab.data.transforms import segmentation
+from experiments import input_throughput as tf_baseline  # the TF maps the ports replace
 from tests import no_tensorflow
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -159,7 +158,7 @@ def test_normalize_one_image_or_a_batch():
 
 def _tf_classification(image, config, train):
   example = {"image": tf.constant(image), "label": tf.constant(7, tf.int64)}
-  out = pipeline.preprocess(config, example, train=train, seed=SEED)
+  out = tf_baseline.classification_preprocess(config, example, train=train, seed=SEED)
   return {k: v.numpy() for k, v in out.items()}
 
 
@@ -276,9 +275,9 @@ def _seg_example(name, shape, seed=0):
 
 
 def _seg_kwargs(name, resize):
-  table = (segmentation.train_id_table(tf_segmentation.CITYSCAPES_TRAIN_IDS)
+  table = (segmentation.train_id_table(segmentation_data.CITYSCAPES_TRAIN_IDS)
            if name.startswith("cityscapes") else None)
-  mean, std = tf_segmentation.dataset(name).stats
+  mean, std = info.lookup(name).stats
   return dict(mean=mean, std=std, resize=resize, label_table=table)
 
 
@@ -288,7 +287,8 @@ def _seg_kwargs(name, resize):
 def test_segmentation_eval_is_tfs(name, shape, size, resize):
   image, label, example = _seg_example(name, shape)
   config = _config(name=name, resize=resize)
-  expected = tf_segmentation.eval_preprocess(*tf_segmentation.decode(config, example), size=size)
+  expected = tf_baseline.segmentation_eval(*tf_baseline.segmentation_decode(config, example),
+                                           size=size)
   kwargs = _seg_kwargs(name, resize)
   got = segmentation.evaluate(image, label, size=size, **kwargs)
   np.testing.assert_allclose(got["image"], expected[0].numpy(), atol=1e-4)
@@ -309,8 +309,8 @@ def test_segmentation_train_is_tfs_at_fixed_draws(tf_random, name, shape, crop, 
   scale, where, flip = draws
   tf_random([scale, where, flip])
   config = _config(name=name, resize=resize)
-  expected = tf_segmentation.train_preprocess(*tf_segmentation.decode(config, example),
-                                              crop=crop, scale_range=(0.5, 2.0), seed=SEED)
+  expected = tf_baseline.segmentation_train(*tf_baseline.segmentation_decode(config, example),
+                                            crop=crop, scale_range=(0.5, 2.0), seed=SEED)
   rng = Scripted(scale, *where, 0.2 if flip else 0.8)
   got = segmentation.train(image, label, rng, crop=crop, **_seg_kwargs(name, resize))
   assert not rng.values
@@ -375,7 +375,7 @@ def _det_example(shape, seed=0):
 def test_detection_eval_is_tfs(shape, size):
   image, boxes, labels, crowd, area, example = _det_example(shape)
   expected = {k: v.numpy() for k, v in
-              tf_detection.eval_preprocess(example, size=size, max_boxes=5).items()}
+              tf_baseline.detection_eval(example, size=size, max_boxes=5).items()}
   got = detection.evaluate(image, boxes, labels, size=size, max_boxes=5, is_crowd=crowd,
                            area=area, mean=MEAN, std=STD)
   assert got.keys() == expected.keys()
@@ -396,7 +396,7 @@ def test_detection_train_is_tfs_at_fixed_draws(tf_random, shape, size, draws):
   tf_random([scale, offsets, flip])
   kwargs = dict(size=size, scale_range=(0.5, 2.0), flip=True, max_boxes=3, min_box_size=2.0)
   expected = {k: v.numpy() for k, v in
-              tf_detection.train_preprocess(example, seed=SEED, **kwargs).items()}
+              tf_baseline.detection_train(example, seed=SEED, **kwargs).items()}
   rng = Scripted(scale, offsets, flip)
   got = detection.train(image, boxes, labels, rng, is_crowd=crowd, mean=MEAN, std=STD, **kwargs)
   assert not rng.values and got.keys() == expected.keys()
@@ -460,7 +460,8 @@ def test_restoration_crops_are_tfs_at_fixed_draws(tf_random, x_shape, y_shape, p
   x, y = rng.normal(size=x_shape).astype(np.float32), rng.normal(size=y_shape).astype(np.float32)
   tf_random(draws)
   example = {"input": tf.constant(x), "target": tf.constant(y)}
-  ex, ey = tf_restoration._augment(*tf_restoration._crop_pair(example, patch, SEED), SEED)
+  ex, ey = tf_baseline.restoration_augment(
+      *tf_baseline.restoration_crop(example, patch, SEED), SEED)
   got = restoration.train(x, y, Scripted(*draws), patch=patch, augment=True)
   np.testing.assert_array_equal(got["input"], ex.numpy())
   np.testing.assert_array_equal(got["target"], ey.numpy())
@@ -491,7 +492,7 @@ def test_restoration_target_moves_with_the_input(projection):
 def test_gan_images_are_tfs(dataset, shape, size):
   image = _pixels(shape)
   example = {"image": tf.constant(image), "label": tf.constant(4, tf.int64)}
-  expected = tf_gan.preprocess(_config(name=dataset, image_size=size), example)
+  expected = tf_baseline.gan_preprocess(_config(name=dataset, image_size=size), example)
   got = gan.preprocess(image, 4, dataset=dataset, size=size)
   assert got["image"].shape == (size, size, 3) and got["image"].dtype == np.float32
   assert got["label"].dtype == np.int32 and got["label"] == 4
