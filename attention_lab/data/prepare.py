@@ -204,6 +204,9 @@ def prepare_on_first_use(dataset) -> None:
       tfds.disable_progress_bar()
     with availability.quiet_tfds():
       prepare(dataset)
+  except FileExistsError:  # another process (a run beside this one) prepared it first
+    if sources.find_prepared(dataset.name, dataset.data_dir) is None:
+      raise
   except ImportError as e:
     if "tensorflow" not in str(e):
       raise

@@ -250,6 +250,7 @@ class Segmentation(base.Task):
     predicted as the evaluation predicts, at the image's original size."""
     from attention_lab.data import availability, pipeline, sources  # pylint: disable=g-import-not-at-top
     d = self.config.dataset
+    sources.version_dir(d)  # prepared on first use, where it may be
     availability.require_split(d, sources.find_prepared(d.name, d.data_dir), split)
     folder, encode, palette = submission.segmentation_layout(d.name)
     folder = epath.Path(out) / folder
