@@ -121,6 +121,9 @@ def find_prepared(name: str, data_dir: str):
   """The read-only TFDS builder of `name`'s prepared files under `data_dir` ("" = TFDS's
   default), or None where there are none."""
   from attention_lab.data.availability import quiet_tfds  # pylint: disable=g-import-not-at-top
+  root = epath.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser()
+  if not (root / name.partition(":")[0]).exists():  # (TFDS's own search fails on gs://)
+    return None
   with quiet_tfds():
     try:
       return tfds.core.read_only_builder.builder_from_files(name, data_dir=data_dir or None)
