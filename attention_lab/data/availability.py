@@ -143,11 +143,6 @@ def builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
     return BUILDERS[family](data_dir=data_dir or None, **({"config": variant} if variant else {}))
 
 
-def is_prepared(found: tfds.core.DatasetBuilder) -> bool:
-  with quiet_tfds():
-    return found.is_prepared()
-
-
 def data_dir_root(data_dir: str | None) -> str:
   """The TFDS data directory searched ("" / None: TFDS's default)."""
   return str(epath.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser())

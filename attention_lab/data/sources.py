@@ -146,13 +146,17 @@ def version_dir(dataset) -> str:
     prepare.prepare_on_first_use(dataset)
     builder = find_prepared(dataset.name, dataset.data_dir)
   if builder is None or not has_array_record(builder):
-    availability.require_prepared(dataset_config(dataset))
-    raise cli.ConfigError(availability.not_array_record_message(dataset, builder))
+    availability.require_prepared(_run_config(dataset))  # its one line, where it has one
+    raise cli.ConfigError(
+        availability.not_array_record_message(dataset, builder) if builder is not None
+        else availability.not_prepared_message(
+            dataset.name, availability.data_dir_root(dataset.data_dir),
+            availability.prepare_command(dataset)))
   folder = str(builder.data_dir)
   return local_copy(folder) if _is_remote(folder) else folder
 
 
-def dataset_config(dataset):
+def _run_config(dataset):
   """A run config around a dataset config (what availability reads)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
   return ml_collections.ConfigDict({"dataset": dataset})
