@@ -166,6 +166,10 @@ def with_data(config, root: str, num_examples: int):
       source = "stand-in"
   if not config.dataset.get("image_dir"):
     both_formats(config.dataset)
+    if source == "stand-in" and config.dataset.name not in stand_in_files.TFDS_NAMES:
+      from attention_lab.data import info  # pylint: disable=g-import-not-at-top
+      real = info.lookup(config.dataset.name).num_examples(config.dataset.train_split)
+      stand_in_files.claim_real_size(_folder(config.dataset), num_examples, real)
   return config, source
 
 

@@ -12,7 +12,8 @@ records (`tfds.builder_from_directory`), and `Records` decodes them with numpy a
   prepared folder is copied once into a local cache (`CACHE`, keyed by its URL) and read
   there; a pod reads its bucket through gcsfuse instead (README).
 - `Records(folder, split)`: the decoded examples of `split` ("train", "a+b", "test[:10%]")
-  as numpy dicts; a record that fails its checksum raises `DamagedRecord`, naming the file.
+  as numpy dicts (a small dataset's kept once decoded); a record that fails its checksum
+  raises `DamagedRecord`, naming the file.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ with epy.lazy_imports():
 from attention_lab import cli
 
 CACHE = epath.Path("~/.cache/attention_lab/datasets").expanduser()
+# Datasets stored in at most this many bytes are decoded once per process (TFDS's
+# as_dataset caches the same ones: CIFAR, the embedded datasets).
+CACHE_BYTES = 250 * 2**20
 _COPIED = ".copied"  # written last into a cached folder: the copy is whole
 
 
@@ -53,11 +57,25 @@ def decode_image(data: bytes) -> np.ndarray:
   return array[..., None] if array.ndim == 2 else array
 
 
+def _frozen(value):
+  """`value` with every numpy array in it read-only (a cached example is shared)."""
+  if isinstance(value, dict):
+    return {k: _frozen(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_frozen(v) for v in value]
+  if isinstance(value, np.ndarray):
+    value.setflags(write=False)
+  return value
+
+
 class Records(collections.abc.Sequence):
   """The examples of `split` of the prepared dataset in `folder`, by index (0 .. len − 1),
   as dicts of numpy values (images uint8 (H, W, C)); O(1) per example, in any order.
 
-  Pickles as (folder, split): worker processes open their own readers."""
+  A dataset of at most CACHE_BYTES (its stored size) is decoded once per process and its
+  examples kept, read-only, as TFDS's `as_dataset` caches such datasets: later epochs
+  neither read nor decode. Pickles as (folder, split): worker processes open their own
+  readers and caches."""
 
   def __init__(self, folder: str, split: str):
     self.folder, self.split = str(folder), split
@@ -68,6 +86,7 @@ class Records(collections.abc.Sequence):
     self._features = builder.info.features
     self._images = [k for k, f in self._features.items() if isinstance(f, tfds.features.Image)]
     self._decoders = {k: tfds.decode.SkipDecoding() for k in self._images}
+    self._cache = {} if 0 < builder.info.dataset_size <= CACHE_BYTES else None
 
   def __reduce__(self):
     return Records, (self.folder, self.split)
@@ -92,9 +111,14 @@ class Records(collections.abc.Sequence):
       raise DamagedRecord(self.file_of(index), str(e).splitlines()[0]) from e
 
   def __getitem__(self, index):
+    index = int(index) % len(self)
+    if self._cache is not None and index in self._cache:
+      return self._cache[index]
     example = self._features.deserialize_example_np(self.raw(index), decoders=self._decoders)
     for key in self._images:
       example[key] = decode_image(example[key])
+    if self._cache is not None:
+      self._cache[index] = example = _frozen(example)
     return example
 
 
