@@ -122,6 +122,8 @@ def test_digits_are_prepared_as_array_record(config):
   images = np.stack([test[i]["image"] for i in range(300)])
   assert images.shape == (300, 32, 32, 1) and images.dtype == np.uint8 and images.max() > 200
   assert sorted({int(test[i]["label"]) for i in range(300)}) == list(range(10))
+  # A small dataset is decoded once per process; its examples are shared, so read-only.
+  assert test[7] is test[7] and not test[7]["image"].flags.writeable
 
 
 def test_batch_5_resumed_is_batch_5_and_a_late_resume_costs_what_step_0_costs(config):
