@@ -97,17 +97,24 @@ def antialiased(image: np.ndarray, size: Sequence[int], window: Window | None = 
 
 def normalize(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
   """(images / 255 − mean) / std as float32, per channel (the last axis): one image or a
-  whole batch. Two passes over the data (a scale and a shift)."""
-  std = np.asarray(std, np.float32)
-  out = np.multiply(images, 1.0 / (np.float32(255.0) * std), dtype=np.float32)
-  out -= np.asarray(mean, np.float32) / std
-  return out
+  whole batch. Two passes over the data (a scale and a shift), along whole rows: numpy
+  loops over a broadcast 3-channel axis several times slower."""
+  channels, width = images.shape[-1], images.shape[-2] if images.ndim > 1 else 1
+  std = np.broadcast_to(np.asarray(std, np.float32), channels)
+  scale = 1.0 / (np.float32(255.0) * std)
+  shift = np.broadcast_to(np.asarray(mean, np.float32), channels) / std
+  rows = images.reshape(-1, width * channels)
+  out = np.multiply(rows, np.tile(scale, width), dtype=np.float32)
+  out -= np.tile(shift, width)
+  return out.reshape(images.shape)
 
 
 def place(pixels: np.ndarray, size: Sequence[int], fill) -> np.ndarray:
-  """`pixels` (h, w, ...) at the top left of a `size` canvas filled with `fill` (padding at
-  the bottom and right, as tf.image.pad_to_bounding_box(·, 0, 0, ...))."""
+  """`pixels` (h, w, ...) at the top left of a `size` canvas filled with `fill` (a scalar,
+  or one value per channel): padding at the bottom and right, as
+  tf.image.pad_to_bounding_box(·, 0, 0, ...)."""
   canvas = np.empty((*size, *pixels.shape[2:]), pixels.dtype)
-  canvas[...] = fill
+  rows = canvas.reshape(size[0], -1)
+  rows[...] = np.tile(np.asarray(fill, pixels.dtype).ravel(), rows.shape[1] // np.size(fill))
   canvas[:pixels.shape[0], :pixels.shape[1]] = pixels
   return canvas

@@ -56,7 +56,8 @@ def _canvas(pixels, labels, size, normalize, mean, std):
   if normalize:
     pixels, fill = image_ops.normalize(pixels, mean, std), 0.0
   else:
-    pixels, fill = pixels.astype(np.float32, copy=False), np.float32(255.0) * np.asarray(mean, np.float32)
+    fill = np.float32(255.0) * np.asarray(mean, np.float32)  # the mean pixel: 0 once normalised
+    pixels = pixels.astype(np.float32, copy=False)
   return image_ops.place(pixels, size, fill), image_ops.place(labels, size, IGNORE)
 
 
