@@ -21,8 +21,10 @@ setuptools.setup(
         "flax>=0.12.8,<0.13",
         "optax>=0.2.8",
         "orbax-checkpoint>=0.12",
-        "tensorflow-cpu>=2.20",
+        "tensorflow-cpu>=2.20",  # preparing datasets (TFDS builders); training needs none
         "tensorflow-datasets>=4.9.10",
+        "grain>=0.2.18",  # the input pipeline (data/pipeline.py)
+        "array-record>=0.8",  # the prepared datasets' files, read by index
         "importlib_resources",  # imported by tensorflow-datasets but not declared by it
         "ml-collections>=1.1",
         "clu>=0.0.12",

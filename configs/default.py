@@ -23,7 +23,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.dataset.name = "digits"
   config.dataset.image_size = 32
   config.dataset.crop = "resize"
-  config.dataset.shuffle_buffer = 2048
 
   config.model.update(name="attention_cnn", attention="softmax", width=32, heads=4, dropout=0.1,
                       dtype="float32")

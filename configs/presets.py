@@ -39,7 +39,6 @@ def digits_cpu(config: ml_collections.ConfigDict, optimizer: ml_collections.Conf
   config.dataset.train_split, config.dataset.eval_split = "train", "test"
   config.dataset.image_size = image_size
   config.dataset.crop = "resize"
-  config.dataset.shuffle_buffer = 2048
   config.model.image_size, config.model.in_channels = image_size, 1
   if "dropout" in config.model:
     config.model.dropout = 0.0
@@ -67,7 +66,6 @@ def digit_scenes(config: ml_collections.ConfigDict, steps: int = 300) -> ml_coll
   d.train_split, d.eval_split = "train", "test"
   d.resize = d.crop_size = d.eval_size = 128
   d.scale_min, d.scale_max, d.flip = 0.75, 2.0, False
-  d.shuffle_buffer = 4000
   m = config.model
   m.depth, m.width = 14, 0.125
   if m.name == "deeplab_v2" and m.head == "aspp":
@@ -163,4 +161,4 @@ def imagenet(config, crop: str) -> None:
   ("resize": SAO/KAO; "inception": the AA networks)."""
   d = config.dataset
   d.name, d.train_split, d.eval_split = "imagenet2012", "train", "validation"
-  d.image_size, d.crop, d.shuffle_buffer = 224, crop, 16_384
+  d.image_size, d.crop = 224, crop

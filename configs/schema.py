@@ -65,7 +65,7 @@ def _training(task: str) -> ml_collections.ConfigDict:
   config.dataset.image_dir = ""  # celeb_a only: the img_align_celeba/ folder instead of TFDS
   config.dataset.train_split = "train"
   config.dataset.eval_split = "test"
-  config.dataset.shuffle_buffer = 2048
+  config.dataset.workers = 0  # processes decoding the input; 0: the training process itself
   config.dataset.synthetic = False  # True: device-resident random batches (speed runs)
 
   config.model = ml_collections.ConfigDict()

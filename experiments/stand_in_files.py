@@ -9,8 +9,10 @@ the config's own pipeline read them, exactly as it would read the real data:
   only change is where the examples come from, so the features (JPEG / PNG encoding,
   labels, boxes) are the builder's own. The recorded split size is scaled to the real
   split's example count: TFDS caches *decoded* datasets under 250 MiB in memory
-  (`DatasetBuilder._should_cache_ds`), and the stand-in must be cached exactly when the
-  real dataset would be (CIFAR: yes; ImageNet, COCO: no).
+  (`DatasetBuilder._should_cache_ds`; data/sources.py's `Records` likewise), and the
+  stand-in must be cached exactly when the real dataset would be (CIFAR: yes; ImageNet,
+  COCO: no). experiments/input_throughput.py scales the manual-download stand-ins the
+  same way once they are prepared (`claim_real_size`).
 - Manual-download datasets (`voc_segmentation`, `pascal_context`, `ade20k_challenge`,
   `care/*`): their manual_dir layout (VOCdevkit with palette PNG masks; VOC2010 with
   PASCAL-Context's grey label PNGs; ADEChallengeData2016 with grey PNG annotations; CARE's train_data/data_label.npz and test_data TIFFs), prepared by
@@ -29,9 +31,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image
 
-# Training examples of the real splits (the stand-ins claim their size, see above).
-REAL_TRAIN_EXAMPLES = {"imagenet2012": 1_281_167, "cifar10": 50_000, "cifar100": 50_000,
-                       "coco/2017": 118_287}
+# The TFDS catalogue datasets written here with their registered builders.
+TFDS_NAMES = ("cifar10", "cifar100", "coco/2017", "imagenet2012")
 # (height, width) of typical images, jittered by ±10% per example where `jitter`.
 SIZES = {"imagenet2012": (350, 400), "coco/2017": (480, 640), "voc_segmentation": (375, 500),
          "pascal_context": (375, 500),
@@ -109,7 +110,7 @@ def _tfds_example(name: str, i: int, sample: PhotoSampler, rng) -> dict:
                         "bbox": np.asarray(boxes, np.float32), "id": list(range(len(boxes))),
                         "is_crowd": [False] * len(boxes),
                         "label": [int(v) for v in rng.integers(0, 80, len(boxes))]}}
-  raise ValueError(f"name must be one of {sorted(REAL_TRAIN_EXAMPLES)}, got {name!r}")
+  raise ValueError(f"name must be one of {TFDS_NAMES}, got {name!r}")
 
 
 def write_tfds(name: str, data_dir: str, num_examples: int, *, seed: int = 0,
@@ -133,21 +134,24 @@ def write_tfds(name: str, data_dir: str, num_examples: int, *, seed: int = 0,
   config = registered.builder_config.name if registered.builder_config else None
   stand_in(data_dir=data_dir, **({"config": config} if config else {})).download_and_prepare(
       download_config=tfds.download.DownloadConfig(verify_ssl=False))
-  _claim_real_size(registered.data_dir, name, num_examples)
+  from attention_lab.data import info  # pylint: disable=g-import-not-at-top
+  claim_real_size(registered.data_dir, num_examples, info.FACTS[name].splits["train"])
   return tfds.builder(name, data_dir=data_dir)
 
 
-def _claim_real_size(version_dir: str, name: str, num_examples: int) -> None:
-  """Scales the recorded split bytes to the real example count (TFDS's caching choice)."""
+def claim_real_size(version_dir: str, num_examples: int, real_examples: int) -> None:
+  """Scales the recorded split bytes of a stand-in of `num_examples` training examples by
+  real_examples / num_examples, so that the stand-in is cached in memory exactly when the
+  real dataset would be (TFDS's as_dataset and data/sources.py decide by the recorded
+  size)."""
   import json  # pylint: disable=g-import-not-at-top
   path = os.path.join(version_dir, "dataset_info.json")
   with open(path) as f:
-    info = json.load(f)
-  for split in info.get("splits", []):
-    split["numBytes"] = str(int(split.get("numBytes", 0)) * REAL_TRAIN_EXAMPLES[name]
-                            // num_examples)
+    record = json.load(f)
+  for split in record.get("splits", []):
+    split["numBytes"] = str(int(split.get("numBytes", 0)) * real_examples // num_examples)
   with open(path, "w") as f:
-    json.dump(info, f, indent=1)
+    json.dump(record, f, indent=1)
 
 
 # Manual-download layouts ---------------------------------------------------------------------
@@ -253,7 +257,7 @@ def write(config, root: str, num_examples: int, *, seed: int = 0) -> dict[str, s
   name = config.dataset.name
   data_dir = os.path.join(root, "tfds")
   splits = (config.dataset.get("train_split", "train"), config.dataset.get("eval_split", "test"))
-  if name in REAL_TRAIN_EXAMPLES:
+  if name in TFDS_NAMES:
     write_tfds(name, data_dir, num_examples, seed=seed, splits=tuple(dict.fromkeys(splits)))
     return {"data_dir": data_dir}
   manual_dir = os.path.join(root, "manual", name.replace("/", "_"))

@@ -8,6 +8,7 @@ tests compare with references under tolerances, never with numbers from
 experiments/results."""
 
 import importlib.metadata
+import importlib.util
 import os
 
 # The compile-time flags are XLA:CPU's of the jaxlib they were measured with; XLA aborts on a
@@ -20,3 +21,9 @@ os.environ["XLA_FLAGS"] = " ".join([
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # TF 2.21 logs its oneDNN notice at any TF_CPP_MIN_LOG_LEVEL
+
+# triton (torch's compiler; torchvision and timm import it) crashes the process when its LLVM
+# loads after TensorFlow's (TF 2.21, triton 3.x: a segfault in `import triton`); loaded first,
+# both work. The peer tests run in the same workers as the TensorFlow ones.
+if importlib.util.find_spec("triton") is not None:
+  import triton  # pylint: disable=g-import-not-at-top,unused-import

@@ -1,10 +1,11 @@
 """Python as on the lent GPU image, where TensorFlow is not installed: a process (and every
 process it starts) in which `import tensorflow` / `import tensorflow_datasets` raise
-ModuleNotFoundError.
+ModuleNotFoundError; or, with `blocked=TENSORFLOW_ONLY`, a host where TFDS is installed
+without TensorFlow (it reads prepared ArrayRecord datasets without it).
 
 A `sitecustomize.py` on PYTHONPATH installs a meta-path finder that raises for those names;
 child processes inherit PYTHONPATH, so a command's own subprocesses (the accelerator report's
-parts, pytest in a subprocess) are blocked too.
+parts, pytest in a subprocess, grain's decoding workers) are blocked too.
 
   from tests import no_tensorflow
   done = no_tensorflow.run(["-m", "attention_lab.main", ...], cwd=REPO)
@@ -18,15 +19,16 @@ import sys
 import tempfile
 
 BLOCKED = ("tensorflow", "tensorflow_datasets")
+TENSORFLOW_ONLY = ("tensorflow",)
 
-SITECUSTOMIZE = f'''"""Written by tests/no_tensorflow.py: {", ".join(BLOCKED)} cannot be imported."""
+SITECUSTOMIZE = '''"""Written by tests/no_tensorflow.py: {names} cannot be imported."""
 import sys
 
 
 class _NoTensorFlow:
   """A meta-path finder that reports the blocked packages (and their submodules) missing."""
 
-  blocked = {BLOCKED!r}
+  blocked = {blocked!r}
 
   @classmethod
   def find_spec(cls, name, path=None, target=None):
@@ -48,32 +50,34 @@ importlib.util.find_spec = lambda name, package=None: (
 '''
 
 
-def write_sitecustomize(directory) -> pathlib.Path:
-  """Writes the blocking `sitecustomize.py` into `directory`; returns the directory."""
+def write_sitecustomize(directory, blocked=BLOCKED) -> pathlib.Path:
+  """Writes the `sitecustomize.py` blocking `blocked` into `directory`; returns it."""
   directory = pathlib.Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
-  (directory / "sitecustomize.py").write_text(SITECUSTOMIZE)
+  text = SITECUSTOMIZE.format(names=", ".join(blocked), blocked=tuple(blocked))
+  (directory / "sitecustomize.py").write_text(text)
   return directory
 
 
 @functools.cache
-def _default_directory() -> pathlib.Path:
-  return write_sitecustomize(tempfile.mkdtemp(prefix="no_tensorflow_"))
+def _default_directory(blocked=BLOCKED) -> pathlib.Path:
+  return write_sitecustomize(tempfile.mkdtemp(prefix="no_tensorflow_"), blocked)
 
 
-def environ(directory=None, base=None) -> dict:
+def environ(directory=None, base=None, blocked=BLOCKED) -> dict:
   """`base` (default os.environ) with the blocking sitecustomize's folder first on PYTHONPATH
   (written into `directory`, or a temporary folder made once per process)."""
   base = dict(os.environ if base is None else base)
-  folder = write_sitecustomize(directory) if directory else _default_directory()
+  folder = (write_sitecustomize(directory, blocked) if directory
+            else _default_directory(tuple(blocked)))
   base["PYTHONPATH"] = os.pathsep.join(filter(None, (str(folder), base.get("PYTHONPATH"))))
   return base
 
 
-def run(args, *, cwd=None, env=None, timeout=None, directory=None
+def run(args, *, cwd=None, env=None, timeout=None, directory=None, blocked=BLOCKED
         ) -> subprocess.CompletedProcess:
-  """`python *args` (this interpreter) with TensorFlow unimportable; output captured as text
+  """`python *args` (this interpreter) with `blocked` unimportable; output captured as text
   (stdout and stderr apart), never raising on a non-zero exit."""
   return subprocess.run([sys.executable, *map(str, args)], cwd=cwd,
-                        env=environ(directory, env), capture_output=True, text=True,
+                        env=environ(directory, env, blocked), capture_output=True, text=True,
                         timeout=timeout, check=False)

@@ -1,8 +1,10 @@
 """The entry point: on the CPU, a step's freed temporaries stay in the process instead of
-being unmapped and faulted in again at the next step; --until_step and --json."""
+being unmapped and faulted in again at the next step; --until_step and --json; runs where
+TensorFlow cannot be imported."""
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -89,3 +91,33 @@ def test_a_synthetic_run_without_tensorflow(tmp_path):
   assert final["train_loss"] > 0 and final["perf/examples_per_second"] > 0
   assert not any(k.startswith("eval_") for k in final)
   assert (tmp_path / "checkpoints" / "4").is_dir() and list(tmp_path.glob("events.out.*"))
+
+
+def test_train_evaluate_and_resume_from_prepared_data_without_tensorflow(tmp_path):
+  """The default experiment from digits prepared beforehand (ArrayRecord), where TensorFlow
+  cannot be imported (TFDS can: it reads the prepared folder's metadata): trained to step
+  2, resumed to the end and evaluated, with the Final: line of a run that has TensorFlow;
+  decoding in a worker process, which is blocked from TensorFlow too."""
+  from attention_lab.data import prepare  # pylint: disable=g-import-not-at-top
+  from tests import no_tensorflow  # pylint: disable=g-import-not-at-top
+  data_dir = tmp_path / "tfds"
+  prepare.prepare(prepare.dataset_config("digits", data_dir))
+  args = ["-m", "attention_lab.main", "--config=configs/default.py:tiny",
+          f"--config.dataset.data_dir={data_dir}", "--config.dataset.workers=1"]
+  with_tf = subprocess.Popen([sys.executable, *args, f"--workdir={tmp_path / 'tf'}"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  workdir = tmp_path / "no_tf"
+  first = no_tensorflow.run([*args, f"--workdir={workdir}", "--until_step=2"], cwd=REPO,
+                            timeout=300, blocked=no_tensorflow.TENSORFLOW_ONLY)
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert (workdir / "checkpoints" / "2").is_dir() and not (workdir / "checkpoints" / "4").exists()
+  second = no_tensorflow.run([*args, f"--workdir={workdir}"], cwd=REPO, timeout=300,
+                             blocked=no_tensorflow.TENSORFLOW_ONLY)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert f"Resumed from {workdir}/checkpoints at step 2" in second.stdout
+  expected, err = with_tf.communicate(timeout=300)
+  assert with_tf.returncode == 0, err[-3000:]
+  final = [[l for l in out.splitlines() if l.startswith("Final: ")][-1] for out in
+           (second.stdout, expected)]
+  final = [re.sub(r", examples_per_second=[\d.]+", "", line) for line in final]
+  assert final[0] == final[1] and "eval_top1=" in final[0]

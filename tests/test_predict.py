@@ -29,6 +29,12 @@ def voc_palette_reference() -> np.ndarray:
   return colours
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  """The embedded datasets these tests read, prepared on first use here, not in ~."""
+  return str(tmp_path_factory.mktemp("tfds"))
+
+
 def checkpointed(config, workdir: str):
   """A workdir holding a checkpoint as the loop writes it (of the initial state: predict
   does not care whether it learned, and compiling a train step would double the time)."""
@@ -52,7 +58,7 @@ def test_voc_palette_matches_the_devkit():
 def test_segmentation_layouts(tmp_path, name, folder, value_range, mode):
   """Each benchmark's folder, stored values and PNG mode, from predicted class indices."""
   from attention_lab.data import segmentation as seg_data
-  classes = seg_data.dataset(name).num_classes
+  classes = len(seg_data.facts(name).mask_classes)
   layout, encode, palette = submission.segmentation_layout(name)
   assert layout == folder
   labels = np.arange(classes).reshape(1, -1).repeat(3, 0)
@@ -76,9 +82,10 @@ def test_cityscapes_layout_writes_label_ids():
 
 
 @pytest.fixture(scope="module")
-def segmentation_workdir(tmp_path_factory):
+def segmentation_workdir(tmp_path_factory, data_dir):
   from configs.segmentation import default
   config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
   config.eval.scales = (1.0, 1.5)
   config.eval.flip = True
   workdir = str(tmp_path_factory.mktemp("seg"))
@@ -86,36 +93,37 @@ def segmentation_workdir(tmp_path_factory):
 
 
 def test_segmentation_pngs_at_original_size(segmentation_workdir, tmp_path):
-  """Digit scenes (64×64, predicted at 128 with scales and flip): one palette PNG per image
-  at 64×64, the argmax of the evaluation's probabilities resized back (checked against the
+  """Digit scenes (64×64, predicted on the eval canvas with scales and flip): one palette PNG
+  per image at 64×64, the argmax of the evaluation's probabilities (checked against the
   task's own predict on the same image)."""
-  import tensorflow as tf
   config, workdir, trainer = segmentation_workdir
   line = predict.run(config, workdir, str(tmp_path), split="test[:5]")
   assert "wrote 5 segmentation PNGs" in line and line.startswith("step 0")
   names = sorted(os.listdir(tmp_path))
   assert names == [f"{i:05d}.png" for i in range(5)]
-  from attention_lab.data import pipeline
   from attention_lab.data import segmentation as seg_data
-  builder = pipeline.get_builder("digit_scenes", None)
-  example = next(iter(builder.as_dataset(split="test[4:5]").as_numpy_iterator()))
+  from attention_lab.data import sources
+  example = sources.records(config.dataset, "test")[4]
   with Image.open(tmp_path / "00004.png") as image:
     assert image.mode == "P" and image.size == (64, 64)
     np.testing.assert_array_equal(np.asarray(image.getpalette(), np.uint8).reshape(-1, 3),
                                   voc_palette_reference())
     written = np.asarray(image)
   assert written.max() < 11
-  x, _ = seg_data.decode(config, example)
-  probs = np.asarray(trainer.task.predict(trainer.state, x.numpy()[None]))[0]
-  expected = np.argmax(tf.image.resize(probs, (64, 64), "bilinear").numpy(), -1)
+  canvas = seg_data.preprocess(config, example)["image"][None]
+  x = seg_data.normalizer(config.dataset.name)({"image": canvas})["image"]
+  probs = np.asarray(trainer.task.predict(trainer.state, x))[0]
+  assert probs.shape[:2] == (64, 64)  # the canvas is the scene: nothing to resize back
+  expected = np.argmax(probs, -1)
   assert len(np.unique(expected)) > 1  # a comparison that can fail
   assert np.mean(written == expected) > 0.999  # ties under a different summation order
 
 
 @pytest.fixture(scope="module")
-def detection_workdir(tmp_path_factory):
+def detection_workdir(tmp_path_factory, data_dir):
   from configs.detection import default
   config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
   config.eval.score_threshold = 0.0  # an untrained net still gives boxes
   workdir = str(tmp_path_factory.mktemp("det"))
   checkpointed(config, workdir)
@@ -179,11 +187,12 @@ def test_gan_sample_folders(tmp_path):
     assert image.mode == "RGB" and image.size == (config.dataset.image_size,) * 2
 
 
-def test_restoration_tiffs(tmp_path):
+def test_restoration_tiffs(tmp_path, data_dir):
   import tifffile
   from attention_lab.data import restoration as res_data
   from configs.restoration import default
   config = default.get_config("tiny")
+  config.dataset.data_dir = data_dir
   workdir = str(tmp_path / "res")
   trainer = checkpointed(config, workdir)
   line = predict.run(config, workdir, str(tmp_path / "out"), split="test[:1]")

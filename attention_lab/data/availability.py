@@ -1,14 +1,15 @@
 """Is a config's dataset prepared? What preparing it takes, and the one-line error if it is not.
 
-Every dataset a config can name has a `Source`: embedded (generated locally from pip
-packages), downloaded by TFDS, or built from files a person downloads into a
-manual_dir (TFDS's `<data_dir>/downloads/manual` unless `dataset.manual_dir` says
-otherwise). `require_prepared(config)` runs when a task is built, before it reads
-any data: a dataset that is neither prepared in its data_dir nor preparable on first
-use (pipeline.get_builder prepares manual datasets from files that are all there) raises
-`cli.ConfigError` with one line naming the dataset, the data_dir searched and the
-command that prepares it (`python -m attention_lab.data.prepare`, which says what to
-download when files are missing).
+Every dataset of the facts table (data/info.py) has a `Source`: embedded (generated
+locally from pip packages), downloaded by TFDS, or built from files a person downloads
+into a manual_dir (TFDS's `<data_dir>/downloads/manual` unless `dataset.manual_dir` says
+otherwise). `require_prepared(config)` runs when a task is built, before it reads any
+data, and needs neither TensorFlow nor a builder's code: an unknown dataset name, or a
+dataset that is neither prepared as ArrayRecord in its data_dir nor preparable on first
+use (data/sources.py prepares embedded datasets, and manual ones from files that are all
+there), raises `cli.ConfigError` with one line naming the dataset, the data_dir searched
+and the command that prepares (or converts) it (`python -m attention_lab.data.prepare`,
+which says what to download when files are missing).
 """
 
 import contextlib
@@ -21,8 +22,8 @@ from absl import logging
 from etils import epath
 
 from attention_lab import cli
-from attention_lab.data.builders import BUILDERS
-from attention_lab.data.builders import ade20k_challenge, pascal_context, voc_segmentation
+from attention_lab.data import info
+from attention_lab.data.builders import BUILDERS, ade20k_challenge, pascal_context, voc_segmentation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,13 +114,15 @@ SOURCES = {
 }
 
 
-def source(name: str) -> Source | None:
-  """The Source of `name` ("coco/2017" → "coco", "care/flywing" → "care"); None if unknown."""
-  return SOURCES.get(name, SOURCES.get(name.partition("/")[0]))
+def source(name: str) -> Source:
+  """The Source of the dataset `name` of the facts table ("coco/2017" → "coco",
+  "care/flywing" → "care"); ValueError (one line) for a name without facts."""
+  info.lookup(name)
+  return SOURCES.get(name) or SOURCES[name.partition("/")[0]]
 
 
 @contextlib.contextmanager
-def _tfds_warnings_hidden():
+def quiet_tfds():
   """TFDS warns while it looks for a dataset that is not there ("Variant folder ... has no
   dataset_info.json"); unless logging is verbose, that is not the console's business."""
   level = logging.get_verbosity()
@@ -134,15 +137,10 @@ def _tfds_warnings_hidden():
 def builder(name: str, data_dir: str | None = None) -> tfds.core.DatasetBuilder:
   """The (unprepared or prepared) TFDS builder of `name`, without preparing anything."""
   family, _, variant = name.partition("/")
-  with _tfds_warnings_hidden():
+  with quiet_tfds():
     if family not in BUILDERS:
       return tfds.builder(name, data_dir=data_dir or None)
     return BUILDERS[family](data_dir=data_dir or None, **({"config": variant} if variant else {}))
-
-
-def is_prepared(found: tfds.core.DatasetBuilder) -> bool:
-  with _tfds_warnings_hidden():
-    return found.is_prepared()
 
 
 def data_dir_root(data_dir: str | None) -> str:
@@ -197,23 +195,33 @@ def not_prepared_message(name: str, data_dir: str, command: str, *, manual: str 
   return f"{line}; prepare it with: {command}"
 
 
+def not_array_record_message(dataset, found, config_spec: str | None = None) -> str:
+  """One line: `found` (prepared, TFRecord only) must be converted, and the command."""
+  return (f"dataset {dataset.name!r} in {found.data_dir} is stored as TFRecord, which is read "
+          "only in order; convert it to ArrayRecord (random access) with: "
+          f"{prepare_command(dataset, config_spec)}")
+
+
 def require_prepared(config, config_spec: str | None = None) -> None:
-  """Raises cli.ConfigError (one line) when config.dataset can neither be read nor be
-  prepared on first use; embedded datasets and unknown names pass (the data layer
-  generates the former and names the allowed values for the latter)."""
+  """Raises cli.ConfigError (one line) when config.dataset has no facts (data/info.py) for
+  config.task, or can neither be read nor be prepared on first use. Reads no builder
+  code and needs no TensorFlow."""
+  from attention_lab.data import sources  # pylint: disable=g-import-not-at-top
   dataset = config.dataset
   if not dataset.name:
     return
-  name, spec = dataset.name, source(dataset.name)
-  if spec is None or spec.how == "embedded":
-    return
-  if name == "celeb_a" and dataset.image_dir:
-    return  # read from the JPEG folder
   try:
-    if is_prepared(builder(name, dataset.data_dir)):
+    spec = source(info.lookup(dataset.name, config.get("task") or None).name)
+  except ValueError as e:
+    raise cli.ConfigError(str(e)) from e
+  name = dataset.name
+  if spec.how == "embedded" or (name == "celeb_a" and dataset.image_dir):
+    return  # generated on first use; read from the JPEG folder
+  found = sources.find_prepared(name, dataset.data_dir)
+  if found is not None:
+    if sources.has_array_record(found):
       return
-  except tfds.core.registered.DatasetNotFoundError:
-    return
+    raise cli.ConfigError(not_array_record_message(dataset, found, config_spec))
   missing, manual = [], ""
   if spec.how == "manual":
     manual = manual_dir(dataset)

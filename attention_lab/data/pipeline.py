@@ -1,233 +1,237 @@
-"""TFDS input pipelines: one builder lookup, one resumable training stream, padded
-evaluation batches; and the classification pipeline.
+"""The one input recipe, on Grain over random-access records: resumable training batches,
+padded evaluation batches; and the classification pipeline.
 
-Training streams are a pure function of (config seed, process, step): shuffling uses
-a fixed seed, augmentation uses stateless random ops seeded by (seed, example
-index), and a resumed run skips the examples it has already consumed, so a run
-stopped at step s and resumed sees exactly the batches of an uninterrupted run.
-Each process reads its own slice of the split (`tfds.split_for_jax_process`).
-Every task module (classification here, segmentation, detection, restoration,
-gan) builds its stream with `resumable_batches` and its evaluation batches with
-`padded_batches`, passing its own decode and augmentation functions.
+Every task module (classification here, segmentation, detection, restoration, gan)
+builds its train stream with `resumable_batches` and its evaluation batches with
+`padded_batches`, passing its own per-example transforms (numpy, data/transforms.py) and
+the records of a split (data/sources.py: any sequence of examples works).
+
+The train stream is a pure function of (config seed, step), whatever the process count:
+- position g = S·B + j of the endless stream (step S, row j of the global batch of B
+  rows) reads example perm_e(g mod N) of the split's N, e = g div N: a fresh global
+  permutation of the indices every epoch (`EpochShuffle`, no buffer);
+- the augmentation draws from a generator seeded by (seed, g) (grain's random map);
+- process p of P takes rows [p·B/P, (p+1)·B/P) of every global batch, the rows
+  `jax.make_array_from_process_local_data` puts on its devices, so two processes feed
+  what one process with both their devices feeds;
+- resuming at step S starts the same dataset at S: O(1), nothing skipped or decoded.
+A run's global batch size is part of its recorded config (train/workdir.py): resuming
+with another is refused; another process count reads the same global batches.
+
+Workers (`dataset.workers`, 0: this process) decode in separate processes (grain's
+mp_prefetch); each batch is assembled in one worker, so the batches do not depend on
+the worker count.
 """
 
 from __future__ import annotations
 
-import math
-import os
-from collections.abc import Callable, Collection, Iterator, Mapping
+import collections.abc
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
-import jax
+import grain
 import numpy as np
-from absl import logging
-from etils import epath, epy
+from absl import flags
 
-with epy.lazy_imports():  # TensorFlow only once a pipeline is built
-  import tensorflow as tf
-  import tensorflow_datasets as tfds
+from attention_lab.data import info, sources
+from attention_lab.data.transforms import classification
+from attention_lab.data.transforms import image as image_ops
+
+Batch = dict[str, np.ndarray]
+# Positions of an endless stream: below sys.maxsize, which grain's batch lengths
+# (ceil of a float quotient) can round past.
+ENDLESS = 2**62
+# Batches each process (or worker) builds ahead, and the threads building them.
+PREFETCH_BATCHES = 4
+THREADS = 2
 
 
-# Per-channel mean and std of the pixel values in [0, 1].
-_STATS = {
-    "digits": ((0.16,), (0.28,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-}
+def _seed(seed: int, stream: int) -> int:
+  """A 32-bit seed for one random stream (shuffle, augmentation) of the run's seed."""
+  return int(np.random.SeedSequence([seed, stream]).generate_state(1)[0])
 
+
+class EpochShuffle(grain.MapDataset):
+  """Position g → parent[perm_e(g mod N)], e = g div N: endless epochs over the N examples
+  of `parent`, each in a fresh permutation drawn from (seed, e). A permutation costs O(N)
+  time and memory once per epoch (the two in use are kept); grain's own per-position index
+  shuffle is O(1) in memory but slow on small datasets (its cost grows as N shrinks)."""
+
+  _MUTATES_ELEMENT_SPEC = False
+
+  def __init__(self, parent: grain.MapDataset, seed: int):
+    super().__init__(parent)
+    self._seed, self._size, self._permutations = seed, len(parent), {}
+
+  def __len__(self) -> int:
+    return ENDLESS
+
+  def __str__(self) -> str:
+    return f"EpochShuffle(seed={self._seed})"
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    permutation = self._permutations.get(epoch)
+    if permutation is None:
+      permutation = np.random.default_rng([self._seed, epoch]).permutation(self._size)
+      self._permutations = {e: p for e, p in self._permutations.items() if e == epoch - 1}
+      self._permutations[epoch] = permutation
+    return permutation
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    epoch, position = divmod(int(index), self._size)
+    return self._parent[int(self._permutation(epoch)[position])]
+
+
+def _ignore_signals(*_):
+  """Worker processes leave SIGTERM and SIGINT to the main process, which stops them."""
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def iterate(ds: grain.MapDataset, workers: int = 0) -> Iterator:
+  """The elements of `ds` in order, built by THREADS threads of this process, or by
+  `workers` processes."""
+  stream = ds.to_iter_dataset(grain.ReadOptions(num_threads=THREADS,
+                                                prefetch_buffer_size=PREFETCH_BATCHES))
+  if workers > 0:
+    if not flags.FLAGS.is_parsed():  # grain reads a flag of its own; outside an absl app
+      flags.FLAGS.mark_as_parsed()  # (tests, notebooks) every flag keeps its default
+    stream = stream.mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2),
+        worker_init_fn=_ignore_signals)
+  return iter(stream)
+
+
+def _process():
+  import jax  # pylint: disable=g-import-not-at-top  (where a stream is built, not at import)
+  return jax.process_index(), jax.process_count()
+
+
+def resumable_batches(records: Sequence, augment: Callable, *, seed: int,
+                      batch_shape: tuple[int, ...], start_step: int = 0, workers: int = 0,
+                      batch_map: Callable | None = None) -> Iterator[Batch]:
+  """Endless numpy batches of `augment(example, rng)` over `records`, from `start_step`.
+
+  `batch_shape` is this process's part of one step: (b,), or (b, K) for rows of K
+  consecutive examples (the GAN's K discriminator updates); the global batch has P·b
+  rows. `augment` returns a dict of fixed-shape arrays; `rng` (np.random.Generator) is a
+  pure function of (seed, stream position). `batch_map` then maps each stacked batch
+  (e.g. to float and normalised: one numpy op per batch, not per example).
+  """
+  process, count = _process()
+  ds = EpochShuffle(grain.MapDataset.source(records), _seed(seed, 0))
+  ds = ds.random_map(augment, seed=_seed(seed, 1))
+  for size in reversed(batch_shape):
+    ds = ds.batch(size)
+  ds = ds[process::count][start_step:]
+  if batch_map is not None:
+    ds = ds.map(batch_map)
+  return iterate(ds, workers)
+
+
+class Indexed(collections.abc.Sequence):
+  """`records` with each example's index added as "index" (int64)."""
+
+  def __init__(self, records: Sequence):
+    self.records = records
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __getitem__(self, index):
+    return {**self.records[index], "index": np.int64(index)}
+
+
+def padded_batches(records: Sequence, preprocess: Callable, *, batch_size: int,
+                   limit: int | None = None, pad_values: Mapping[str, int] | None = None,
+                   batch_map: Callable | None = None, workers: int = 0) -> Iterator[Batch]:
+  """One pass over this process's share of `records` (of the first `limit`) mapped by
+  `preprocess`, in numpy batches of exactly `batch_size` with a bool "mask" of the real
+  examples; padded rows hold 0 (or pad_values[key]).
+
+  Process p of P reads the contiguous examples [p·s, (p+1)·s), s = ⌈n/P⌉, and every
+  process yields ⌈s / batch_size⌉ batches (all-padding ones where its share is short),
+  as collectives over the processes need."""
+  process, count = _process()
+  n = len(records) if limit is None else min(limit, len(records))
+  share = -(-n // count)
+  start, stop = min(process * share, n), min((process + 1) * share, n)
+  num_batches = -(-share // batch_size)
+  if not n:
+    return iter(())
+  rows = np.full(num_batches * batch_size, start if stop > start else 0)
+  rows[:stop - start] = np.arange(start, stop)
+  valid = np.arange(len(rows)) < stop - start
+  pads = dict(pad_values or {})
+
+  def pad(batch):
+    mask = batch.pop("valid")
+    batch = batch_map(batch) if batch_map else batch
+    for key, value in batch.items():
+      value[~mask] = pads.get(key, 0)
+    return {**batch, "mask": mask}
+
+  ds = grain.MapDataset.source(list(zip(rows.tolist(), valid.tolist())))
+  ds = ds.map(lambda item: {**preprocess(records[item[0]]), "valid": np.bool_(item[1])})
+  return iterate(ds.batch(batch_size).map(pad), workers)
+
+
+def in_order(records: Sequence, preprocess: Callable, *, batch_size: int,
+             limit: int | None = None, batch_map: Callable | None = None,
+             workers: int = 0) -> Iterator[Batch]:
+  """The first `limit` of `records` (all: None) mapped by `preprocess`, in order, in numpy
+  batches of `batch_size` (the last one smaller), the same on every process."""
+  ds = grain.MapDataset.source(records)
+  if limit is not None:
+    ds = ds[:limit]
+  ds = ds.map(preprocess).batch(batch_size)
+  return iterate(ds if batch_map is None else ds.map(batch_map), workers)
+
+
+# Classification ------------------------------------------------------------------------------
 
 def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
   """(mean, std) per channel, of pixels in [0, 1], that `name`'s classification images are
   normalised with (what a model trained on them expects)."""
-  if name not in _STATS:
-    raise ValueError(f"dataset.name must be one of {sorted(_STATS)}, got {name!r}")
-  return _STATS[name]
-
-def get_builder(name: str, data_dir: str | None = None, manual_dir: str | None = None, *,
-                supported: Collection[str] | None = None) -> tfds.core.DatasetBuilder:
-  """The TFDS builder of dataset `name` ("family" or "family/config"), ready to read.
-
-  `supported`: the names the caller's task reads (others are a ValueError).
-
-  Our builders (data/builders) are prepared on first use: the generated ones here,
-  the manual-download ones from `manual_dir` (TFDS's default manual directory,
-  <data_dir>/downloads/manual, when empty). TFDS catalogue datasets that need a
-  manual download (Cityscapes, ImageNet) are prepared from `manual_dir` too; the
-  others are read as `tfds build` prepared them. "" means the TFDS default.
-  """
-  from attention_lab.data.builders import BUILDERS  # pylint: disable=g-import-not-at-top
-  if logging.get_verbosity() < logging.INFO:
-    tfds.disable_progress_bar()
-  if supported is not None and name not in supported:
-    raise ValueError(f"dataset.name must be one of {sorted(supported)}, got {name!r}")
-  data_dir, manual_dir = data_dir or None, manual_dir or None
-  family, _, variant = name.partition("/")
-  if family not in BUILDERS:
-    builder = tfds.builder(name, data_dir=data_dir)
-    if builder.MANUAL_DOWNLOAD_INSTRUCTIONS and not builder.is_prepared():
-      builder.download_and_prepare(
-          download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-    return builder
-  builder = BUILDERS[family](data_dir=data_dir, **({"config": variant} if variant else {}))
-  if not builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
-    builder.download_and_prepare()
-  elif not builder.is_prepared():
-    manual_dir = manual_dir or str(epath.Path(builder.data_dir_root) / "downloads" / "manual")
-    if not epath.Path(manual_dir).is_dir():
-      raise ValueError(f"manual_dir must name the downloaded files of {name!r} (see "
-                       f"{BUILDERS[family].__module__}); {manual_dir} is not a folder")
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
-  return builder
+  return info.lookup(name, "classification").stats
 
 
-def process_examples(builder: tfds.core.DatasetBuilder, split: str, *,
-                     drop_remainder: bool = False) -> tf.data.Dataset:
-  """This process's slice of `split`, in stored order (drop_remainder: equal slices)."""
-  split = tfds.split_for_jax_process(split, drop_remainder=drop_remainder)
-  return builder.as_dataset(split=split, shuffle_files=False)
+def _options(config) -> dict:
+  """The keyword arguments of transforms.classification for `config`."""
+  d = config.dataset
+  mean, std = normalization(d.name)
+  return dict(dataset=d.name, size=d.image_size, mean=mean, std=std,
+              channels=d.channels or None, normalize=False)
 
 
-def resumable_batches(examples: tf.data.Dataset, augment: Callable, *, seed: int,
-                      shuffle_buffer: int, batch_shape: tuple[int, ...],
-                      start_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
-  """Endless numpy batches of `augment(example, seed)` over this process's `examples`.
-
-  The examples repeat endlessly, shuffled with the seed `seed`·1,000,003 + process
-  index; `augment` receives a stateless seed (int64 [2]: that seed and the example's
-  index in the endless stream, so every epoch augments afresh). A stream resumed at
-  `start_step` skips the raw examples of the earlier steps before `augment`:
-  resuming augments nothing. `batch_shape` is one step's leading axes: (B,), or
-  (B, K) for K consecutive examples per row (the GAN's K discriminator updates).
-  """
-  seed = seed * 1_000_003 + jax.process_index()
-
-  def augment_indexed(index, example):
-    return augment(example, tf.stack([tf.constant(seed, tf.int64), index]))
-
-  ds = examples.repeat().enumerate()
-  ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-  ds = ds.skip(start_step * math.prod(batch_shape))
-  ds = ds.map(augment_indexed, num_parallel_calls=tf.data.AUTOTUNE)
-  for size in reversed(batch_shape):
-    ds = ds.batch(size, drop_remainder=True)
-  return iter(tfds.as_numpy(ds.with_options(tf_data_options()).prefetch(2)))
+def _normalizer(config) -> Callable[[Batch], Batch]:
+  """The per-batch normalisation (pixel/255 − mean)/std of the classification images."""
+  mean, std = normalization(config.dataset.name)
+  return lambda batch: {**batch, "image": image_ops.normalize(batch["image"], mean, std)}
 
 
-def padded_batches(examples: tf.data.Dataset, preprocess: Callable, *, batch_size: int,
-                   limit: int | None = None, pad_values: Mapping[str, int] | None = None
-                   ) -> Iterator[dict[str, np.ndarray]]:
-  """One pass over `examples` (the first `limit` of them) mapped by `preprocess`, in
-  numpy batches of exactly `batch_size`: the last one is padded (with 0, or
-  pad_values[key]) and every batch has a bool "mask" of its real examples."""
-  if limit is not None:
-    examples = examples.take(limit)
-  ds = examples.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
-  for batch in tfds.as_numpy(ds.with_options(tf_data_options())):
-    n = len(next(iter(batch.values())))
-    pad = batch_size - n
-    out = {k: np.pad(v, [(0, pad)] + [(0, 0)] * (v.ndim - 1),
-                     constant_values=(pad_values or {}).get(k, 0)) for k, v in batch.items()}
-    out["mask"] = np.arange(batch_size) < n
-    yield out
-
-
-def _builder(config) -> tfds.core.DatasetBuilder:
-  return get_builder(config.dataset.name, config.dataset.data_dir, supported=_STATS)
-
-
-def _normalize(name, image):
-  mean, std = _STATS[name]
-  return (tf.cast(image, tf.float32) / 255.0 - mean) / std
-
-
-def _resize_shorter(image, size):
-  shape = tf.cast(tf.shape(image)[:2], tf.float32)
-  scale = size / tf.reduce_min(shape)
-  new = tf.cast(tf.round(shape * scale), tf.int32)
-  return tf.image.resize(image, new, antialias=True)
-
-
-def _center_crop(image, size):
-  h, w = tf.shape(image)[0], tf.shape(image)[1]
-  return tf.image.crop_to_bounding_box(image, (h - size) // 2, (w - size) // 2, size, size)
-
-
-def _inception_crop(image, size, seed):
-  begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
-      tf.shape(image), tf.zeros([0, 0, 4], tf.float32), seed=seed,
-      area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0,
-      use_image_if_no_bounding_boxes=True)
-  image = tf.slice(image, begin, crop)
-  return tf.image.resize(image, (size, size), antialias=True)
-
-
-def preprocess(config, example, *, train: bool, seed=None):
-  """Maps a TFDS example to {'image': float32 (H, W, C), 'label': int32}.
-
-  digits: normalisation only (flips would change the digit). CIFAR: 4-pixel
-  reflect pad, random 32 crop and flip (train). ImageNet, config.dataset.crop
-  = "resize" (SAO/KAO recipe): shorter side 256 then random 224 crop + flip;
-  "inception" (AA ResNets): random area/aspect crop resized to 224 + flip;
-  evaluation: shorter side 256 (size·256/224), centre crop.
-  """
-  name, size = config.dataset.name, config.dataset.image_size
-  image = example["image"]
-  if name == "digits":
-    image = tf.image.resize(image, (size, size)) if size != 32 else tf.cast(image, tf.float32)
-    if config.dataset.channels == 3:  # grey → RGB, e.g. to pretrain an RGB backbone
-      image = tf.image.grayscale_to_rgb(image)
-  elif name.startswith("cifar"):
-    image = tf.cast(image, tf.float32)
-    if train:
-      image = tf.pad(image, [[4, 4], [4, 4], [0, 0]], mode="REFLECT")
-      image = tf.image.stateless_random_crop(image, (32, 32, 3), seed=seed)
-      image = tf.image.stateless_random_flip_left_right(image, seed=seed + 1)
-    if size != 32:
-      image = tf.image.resize(image, (size, size))
-  else:
-    image = tf.cast(image, tf.float32)
-    if train and config.dataset.crop == "inception":
-      image = _inception_crop(image, size, seed)
-    elif train:
-      image = _resize_shorter(image, round(size * 256 / 224))
-      image = tf.image.stateless_random_crop(image, (size, size, 3), seed=seed)
-    else:
-      image = _center_crop(_resize_shorter(image, round(size * 256 / 224)), size)
-    if train:
-      image = tf.image.stateless_random_flip_left_right(image, seed=seed + 1)
-  image = tf.clip_by_value(image, 0.0, 255.0)
-  return {"image": _normalize(name, image), "label": tf.cast(example["label"], tf.int32)}
-
-
-def tf_data_options() -> tf.data.Options:
-  """The options of every input pipeline here (train and eval, every task)."""
-  options = tf.data.Options()
-  options.deterministic = True
-  # One thread per core this process may use (2 here; a TPU host's ImageNet decoding needs
-  # its dozens). Parallel maps run on this pool: the autotuner is off (below).
-  options.threading.private_threadpool_size = (
-      len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-  # No autotuner: destroying an autotuned iterator blocked, idle, in RootDataset::Iterator's
-  # destructor, waiting for a background thread (by all signs the autotuner's model thread,
-  # whose sleep grows to 60 s). Every eval pass and every run's end destroy one: the default
-  # segmentation run idled 8-20 s after each evaluation and 19 s + 50 s at the ends of its
-  # two runs. The data are the same.
-  options.autotune.enabled = False
-  return options
+def _records(config, split: str):
+  info.lookup(config.dataset.name, "classification")
+  return sources.records(config.dataset, split)
 
 
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of numpy batches for this process, positioned at `start_step`."""
-  examples = process_examples(_builder(config), config.dataset.train_split, drop_remainder=True)
-  return resumable_batches(
-      examples, lambda example, seed: preprocess(config, example, train=True, seed=seed),
-      seed=config.seed, shuffle_buffer=config.dataset.shuffle_buffer,
-      batch_shape=(local_batch_size,), start_step=start_step)
+  d, options = config.dataset, _options(config)
+  augment = lambda ex, rng: classification.train(ex["image"], ex["label"], rng, crop=d.crop,
+                                                 **options)
+  return resumable_batches(_records(config, d.train_split), augment, seed=config.seed,
+                           batch_shape=(local_batch_size,), start_step=start_step,
+                           workers=d.workers, batch_map=_normalizer(config))
 
 
 def eval_batches(config, *, local_batch_size: int):
-  """One pass over this process's eval split, padded to full batches with a 'mask'."""
-  examples = process_examples(_builder(config), config.dataset.eval_split)
-  return padded_batches(examples, lambda example: preprocess(config, example, train=False),
-                        batch_size=local_batch_size)
+  """One pass over this process's share of the eval split, padded to full batches with a
+  'mask'."""
+  d, options = config.dataset, _options(config)
+  preprocess = lambda ex: classification.evaluate(ex["image"], ex["label"], **options)
+  return padded_batches(_records(config, d.eval_split), preprocess,
+                        batch_size=local_batch_size, batch_map=_normalizer(config),
+                        workers=d.workers)

@@ -6,17 +6,26 @@
 
 The datasets are the config's `dataset` and those of the runs it starts from
 (`init_from` or `eval.classifier_config` naming a config file). Each is prepared
-into its TFDS data_dir (`dataset.data_dir`, "" = TFDS's default) as the run will
-read it: embedded datasets are generated locally; TFDS downloads the downloadable
-ones (CIFAR, COCO, CelebA); manual ones (ImageNet, VOC + SBD, ADE20K,
-PASCAL-Context, Cityscapes, CARE) are built from the files in the manual_dir
-(`dataset.manual_dir`, default `<data_dir>/downloads/manual`). When files are
-missing it says which, what to download and where to put it, and exits 2; a failed
-download exits 1. A prepared dataset is left as it is.
+into its TFDS data_dir (`dataset.data_dir`, "" = TFDS's default) as TFDS ArrayRecord
+files, which the input pipeline reads by index (data/sources.py): embedded datasets
+are generated locally; TFDS downloads the downloadable ones (CIFAR, COCO, CelebA);
+manual ones (ImageNet, VOC + SBD, ADE20K, PASCAL-Context, Cityscapes, CARE) are built
+from the files in the manual_dir (`dataset.manual_dir`, default
+`<data_dir>/downloads/manual`). When files are missing it says which, what to download
+and where to put it, and exits 2; a failed download exits 1. A dataset prepared as
+ArrayRecord is left as it is; one prepared as TFRecord (by `tfds build`, or an earlier
+version of this library) is converted: its records are copied, shard by shard, into
+ArrayRecord files beside the TFRecord ones (which may then be deleted), and its
+dataset_info.json lists the new format. (`tfds convert_format` does the same but needs
+Apache Beam installed.) A gs:// data_dir is prepared in a local folder and uploaded:
+ArrayRecord files are written by local file writers. Preparing needs TensorFlow (TFDS
+builders encode with it); training from the prepared files does not.
 """
 
+import json
 import os
 import sys
+import tempfile
 
 if __name__ == "__main__" and not any(a.startswith(("--verbosity", "-v")) for a in sys.argv):
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
@@ -83,38 +92,138 @@ def _celeba_folder(dataset) -> str:
 
 
 def prepare(dataset) -> str:
-  """Prepares one dataset config (name, data_dir, manual_dir); returns a line saying what
-  is there. Raises MissingFiles, DownloadFailed, or cli.ConfigError for an unknown name."""
-  import tensorflow_datasets as tfds
-  from attention_lab.data import availability
+  """Prepares one dataset config (name, data_dir, manual_dir) as ArrayRecord; returns a
+  line saying what is there. Raises MissingFiles, DownloadFailed, or cli.ConfigError for
+  an unknown name."""
+  from attention_lab.data import availability, sources
   name = dataset.name
-  spec = availability.source(name)
-  if spec is None:
-    raise cli.ConfigError(f"dataset.name = {name!r}: no known way to prepare it (known: "
-                          f"{', '.join(sorted(availability.SOURCES))})")
+  try:
+    availability.source(name)
+  except ValueError as e:
+    raise cli.ConfigError(str(e)) from e
   if name == "celeb_a" and dataset.image_dir:
     return _celeba_folder(dataset)
-  builder = availability.builder(name, dataset.data_dir)
-  if not availability.is_prepared(builder):
-    download_config = None
-    if spec.how == "manual":
-      manual = availability.manual_dir(dataset)
-      splits = availability.splits_read(dataset) or set(spec.split_files)  # --dataset: all
-      missing = availability.missing_files(name, manual, splits)
-      if missing:
-        raise MissingFiles(missing_files_message(name, manual, missing))
-      download_config = tfds.download.DownloadConfig(manual_dir=manual)
+  found = sources.find_prepared(name, dataset.data_dir)
+  if found is not None and not sources.has_array_record(found):
+    convert_to_array_record(str(found.data_dir))
+    return _prepared_line(name, str(found.data_dir), "converted to ArrayRecord")
+  if found is None:
+    found = _generate(dataset)
+  return _prepared_line(name, str(found.data_dir), "prepared")
+
+
+def _prepared_line(name: str, folder: str, done: str) -> str:
+  import tensorflow_datasets as tfds
+  splits = tfds.builder_from_directory(folder).info.splits
+  sizes = ", ".join(f"{split} {info.num_examples:,}" for split, info in sorted(splits.items()))
+  return f"{name}: {done} in {folder} ({sizes})"
+
+
+def _generate(dataset):
+  """Runs the dataset's TFDS builder (downloading, or reading the manual_dir) into its
+  data_dir as ArrayRecord (a gs:// one: locally, then uploaded); its read-only builder."""
+  import tensorflow_datasets as tfds
+  from attention_lab.data import availability, sources
+  name, spec = dataset.name, availability.source(dataset.name)
+  download_config = None
+  if spec.how == "manual":
+    manual = availability.manual_dir(dataset)
+    splits = availability.splits_read(dataset) or set(spec.split_files)  # --dataset: all
+    missing = availability.missing_files(name, manual, splits)
+    if missing:
+      raise MissingFiles(missing_files_message(name, manual, missing))
+    download_config = tfds.download.DownloadConfig(manual_dir=manual)
+  remote = "://" in str(dataset.data_dir)
+  with tempfile.TemporaryDirectory() as staging:
+    builder = availability.builder(name, staging if remote else dataset.data_dir)
     try:
-      builder.download_and_prepare(download_config=download_config)
+      builder.download_and_prepare(download_config=download_config, file_format="array_record")
     except Exception as e:  # pylint: disable=broad-except
       if spec.how != "download":
         raise
       first = (str(e).strip().splitlines() or [type(e).__name__])[0]
       raise DownloadFailed(f"dataset {name!r}: the download failed ({first[:300]}); "
                            + " ".join(spec.steps)) from e
-  sizes = ", ".join(f"{split} {info.num_examples:,}"
-                    for split, info in sorted(builder.info.splits.items()))
-  return f"{name}: prepared in {builder.data_dir} ({sizes})"
+    if remote:
+      folder = epath.Path(builder.data_dir)
+      target = epath.Path(dataset.data_dir) / folder.relative_to(staging)
+      target.mkdir(parents=True, exist_ok=True)
+      for f in sorted(folder.iterdir(), key=lambda f: f.name == "dataset_info.json"):
+        sources.copy_file(f, target / f.name)  # dataset_info.json last: it marks the whole
+  return sources.find_prepared(name, dataset.data_dir)
+
+
+def convert_to_array_record(folder: str) -> None:
+  """Writes an ArrayRecord copy of every TFRecord shard of the prepared dataset in `folder`
+  (a path or URL) beside it, and lists the format in its dataset_info.json, so that TFDS
+  reads either. O(dataset size) I/O; the records are copied as they are."""
+  import tensorflow as tf
+  import tensorflow_datasets as tfds
+  from array_record.python import array_record_module
+  from attention_lab.data import sources
+  root = epath.Path(folder)
+  tfrecord = tfds.builder_from_directory(folder, file_format="tfrecord")
+  with tempfile.TemporaryDirectory() as staging:
+    for split in tfrecord.info.splits.values():
+      for instruction in split.file_instructions:
+        shard = epath.Path(instruction.filename).name
+        converted = shard.replace(".tfrecord-", ".array_record-")
+        local = os.path.join(staging, converted)
+        writer = array_record_module.ArrayRecordWriter(local, "group_size:1")
+        for record in tf.data.TFRecordDataset(instruction.filename):
+          writer.write(record.numpy())
+        writer.close()
+        sources.copy_file(epath.Path(local), root / converted)
+        os.remove(local)
+  info_file = root / "dataset_info.json"
+  record = json.loads(info_file.read_text())
+  formats = record.setdefault("alternativeFileFormats", [])
+  if "array_record" not in formats:
+    formats.append("array_record")
+  info_file.write_text(json.dumps(record, indent=2))
+
+
+def prepare_on_first_use(dataset) -> None:
+  """Prepares `dataset` where a run may do so unasked: an embedded dataset (generated, or
+  converted from TFRecord), or a manual one not yet prepared whose files are all in the
+  manual_dir. Does nothing otherwise. cli.ConfigError (one line) when that needs
+  TensorFlow and it is not installed."""
+  from attention_lab.data import availability, sources
+  spec = availability.source(dataset.name)
+  found = sources.find_prepared(dataset.name, dataset.data_dir)
+  if spec.how == "manual":
+    manual = availability.manual_dir(dataset)
+    if found is not None or availability.missing_files(dataset.name, manual,
+                                                       availability.splits_read(dataset)):
+      return
+  elif spec.how != "embedded":
+    return
+  try:
+    import tensorflow_datasets as tfds
+    if logging.get_verbosity() < logging.INFO:
+      tfds.disable_progress_bar()
+    with availability.quiet_tfds():
+      prepare(dataset)
+  except FileExistsError:  # another process (a run beside this one) prepared it first
+    if sources.find_prepared(dataset.name, dataset.data_dir) is None:
+      raise
+  except ImportError as e:
+    if "tensorflow" not in str(e):
+      raise
+    raise cli.ConfigError(
+        f"dataset {dataset.name!r} is not prepared as ArrayRecord in data_dir "
+        f"{availability.data_dir_root(dataset.data_dir)} and preparing it needs TensorFlow; "
+        f"prepare it where TensorFlow is installed with: "
+        f"{availability.prepare_command(dataset)}") from e
+
+
+def dataset_config(name: str, data_dir: str = "", manual_dir: str = "",
+                   **fields) -> ml_collections.ConfigDict:
+  """A dataset config with the fields `prepare` and the data layer read (no splits: every
+  split); `fields` override them."""
+  return ml_collections.ConfigDict({
+      "name": name, "data_dir": str(data_dir), "manual_dir": str(manual_dir), "image_dir": "",
+      "train_split": "", "eval_split": "", **fields})
 
 
 def _config_from_flags() -> ml_collections.ConfigDict:
@@ -122,12 +231,9 @@ def _config_from_flags() -> ml_collections.ConfigDict:
     raise cli.ConfigError("give --config=CONFIG or --dataset=NAME (one of them)")
   if _CONFIG.value is not None:
     return _CONFIG.value
-  # The fields of a config that dataset_configs and prepare read; no splits: all of them.
   return ml_collections.ConfigDict({
       "task": "", "init_from": "",
-      "dataset": {"name": _DATASET.value, "data_dir": _DATA_DIR.value,
-                  "manual_dir": _MANUAL_DIR.value, "image_dir": "", "train_split": "",
-                  "eval_split": ""}})
+      "dataset": dataset_config(_DATASET.value, _DATA_DIR.value, _MANUAL_DIR.value)})
 
 
 def main(argv):

@@ -1,4 +1,4 @@
-"""Restoration data: (input, target) pairs from TFDS, training patches, full test images.
+"""Restoration data: (input, target) pairs, training patches, full test images.
 
 config.dataset fields:
   name: "restoration_photos" (2D, embedded), "synthetic_volumes/denoising",
@@ -16,84 +16,37 @@ config.dataset fields:
     (x − p_low)/(p_high − p_low) before prediction, as CSBDeep's
     `PercentileNormalizer(1, 99.8)` does for CARE test stacks (the training
     patches of the CARE npz are already normalised that way).
-  shuffle_buffer.
 
-The training stream is a pure function of (seed, step), resumable exactly (the
-examples before `start_step` are skipped before any cropping), and each process
-reads its own slice of the split.
+The training stream is data/pipeline.py's (patches and flips of transforms/
+restoration.py): a pure function of (seed, step), resumed in O(1), each process
+reading its rows of every global batch.
 """
 
 from __future__ import annotations
 
-
 import numpy as np
-from etils import epy
 
-with epy.lazy_imports():  # TensorFlow only once a pipeline is built
-  import tensorflow as tf
-  import tensorflow_datasets as tfds
-
-from attention_lab.data import pipeline
-
-NAMES = ("restoration_photos", "synthetic_volumes/denoising", "synthetic_volumes/projection",
-         "care/planaria", "care/tribolium", "care/flywing")
+from attention_lab.data import info, pipeline, sources
+from attention_lab.data.transforms import restoration as transforms
 
 
-def _builder(config) -> tfds.core.DatasetBuilder:
-  return pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
-                              config.dataset.manual_dir, supported=NAMES)
-
-
-def _crop_pair(example, patch, seed):
-  """Random `patch` (input spatial size) of input and the aligned region of the target."""
-  x, y = example["input"], example["target"]
-  rank_in, rank_out = len(patch), len(y.shape) - 1
-  shape = tf.shape(x)[:rank_in]
-  patch_t = tf.constant(patch, tf.int32)
-  limit = tf.maximum(shape - patch_t + 1, 1)
-  offsets = tf.cast(tf.floor(tf.random.stateless_uniform([rank_in], seed) *
-                             tf.cast(limit, tf.float32)), tf.int32)
-  offsets = tf.minimum(offsets, limit - 1)
-  x = tf.slice(x, tf.concat([offsets, [0]], 0), tf.concat([patch_t, [-1]], 0))
-  drop = rank_in - rank_out  # projection: the target lacks the first spatial axis
-  y = tf.slice(y, tf.concat([offsets[drop:], [0]], 0), tf.concat([patch_t[drop:], [-1]], 0))
-  x = tf.ensure_shape(x, list(patch) + [None])
-  y = tf.ensure_shape(y, list(patch[drop:]) + [None])
-  return x, y
-
-
-def _augment(x, y, seed):
-  """Random flips of the last two spatial axes and, for square patches, 90° rotations."""
-  r = tf.random.stateless_uniform([3], seed)
-  ax_x, ax_y = len(x.shape) - 3, len(y.shape) - 3  # the Y axis of each (X follows)
-  for i, offset in ((0, 0), (1, 1)):
-    flip = r[i] < 0.5
-    x = tf.cond(flip, lambda: tf.reverse(x, [ax_x + offset]), lambda: x)
-    y = tf.cond(flip, lambda: tf.reverse(y, [ax_y + offset]), lambda: y)
-  if x.shape[ax_x] == x.shape[ax_x + 1]:
-    swap = lambda t, a: tf.transpose(t, [*range(a), a + 1, a, *range(a + 2, len(t.shape))])
-    rotate = r[2] < 0.5
-    x = tf.cond(rotate, lambda: swap(x, ax_x), lambda: x)
-    y = tf.cond(rotate, lambda: swap(y, ax_y), lambda: y)
-  return x, y
+def _records(config, split: str):
+  info.lookup(config.dataset.name, "restoration")
+  return sources.records(config.dataset, split)
 
 
 def train_iterator(config, *, local_batch_size: int, start_step: int = 0):
   """Endless iterator of {"input", "target"} numpy patch batches, positioned at `start_step`."""
-  patch = tuple(config.dataset.patch_size)
-  augment = config.dataset.augment
+  d = config.dataset
+  patch, augment = tuple(d.patch_size), bool(d.augment)
 
-  def crop(example, seed):
-    x, y = _crop_pair(example, patch, seed)
-    if augment:
-      x, y = _augment(x, y, seed + 1)
-    return {"input": x, "target": y}
+  def crop(example, rng):
+    return transforms.train(example["input"], example["target"], rng, patch=patch,
+                            augment=augment)
 
-  examples = pipeline.process_examples(_builder(config), config.dataset.train_split,
-                                       drop_remainder=True)
-  return pipeline.resumable_batches(examples, crop, seed=config.seed,
-                                    shuffle_buffer=config.dataset.shuffle_buffer,
-                                    batch_shape=(local_batch_size,), start_step=start_step)
+  return pipeline.resumable_batches(
+      _records(config, d.train_split), crop, seed=config.seed,
+      batch_shape=(local_batch_size,), start_step=start_step, workers=d.workers)
 
 
 def eval_examples(config):
@@ -101,9 +54,10 @@ def eval_examples(config):
 
   Inputs are percentile-normalised when config.dataset.input_percentiles is set.
   """
-  ds = _builder(config).as_dataset(split=config.dataset.eval_split, shuffle_files=False)
+  records = _records(config, config.dataset.eval_split)
   percentiles = config.dataset.input_percentiles
-  for index, example in enumerate(tfds.as_numpy(ds)):
+  for index in range(len(records)):
+    example = records[index]
     x = example["input"].astype(np.float32)
     if percentiles:
       lo, hi = np.percentile(x, percentiles)

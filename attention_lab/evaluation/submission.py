@@ -1,6 +1,6 @@
 """The files benchmark servers and external tools take (`Task.export`, `predict`): VOC
 and PASCAL-Context palette PNGs, ADE20K and Cityscapes greyscale label maps, COCO results
-JSON; and the per-process slicing that writes them on several hosts. Paths are epath."""
+JSON. Paths are epath."""
 
 import io
 import re
@@ -41,17 +41,6 @@ def host(x) -> np.ndarray:
   if x.sharding.is_fully_replicated:
     return np.asarray(x.addressable_data(0))
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
-def process_slice(builder, split: str) -> tuple[str, int, int]:
-  """(this process's sub-split, its first example's index in `split`, the largest slice's
-  size): the slices of tfds.split_for_jax_process, whose batches every process steps through
-  the same number of times."""
-  import tensorflow_datasets as tfds
-  subsplits = tfds.even_splits(split, n=jax.process_count())
-  sizes = [builder.info.splits[s].num_examples for s in subsplits]
-  index = jax.process_index()
-  return subsplits[index], sum(sizes[:index]), max(sizes)
 
 
 def text(value) -> str:

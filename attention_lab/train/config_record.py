@@ -51,6 +51,7 @@ ADDED_FIELDS = {
     "b1": 0.9, "b2": 0.999, "eps": 1e-8, "head_lr_multiplier": 1.0,
     "backbone_name": "backbone", "mu_dtype": "", "eval_split": "test", "num_epochs": 0,
     "first_checkpoint_secs": 180, "padding": "auto", "summary_score_threshold": 0.3,
+    "workers": 0,
 }
 
 

@@ -43,7 +43,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.flip = True
   d.max_boxes = d.eval_max_boxes = 100
   d.min_box_size = 1.0
-  d.shuffle_buffer = 10_000
 
   config.model.update(
       name="retinanet", backbone="resnet50", width=1.0, features=256, head_convs=4,
@@ -65,7 +64,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.dataset.train_split, config.dataset.eval_split = "train", "test"
     config.dataset.image_size = 64
     config.dataset.max_boxes = config.dataset.eval_max_boxes = 8
-    config.dataset.shuffle_buffer = 1000
     config.model.backbone, config.model.depth = "resnet", 10
     config.model.width, config.model.features, config.model.dtype = 0.125, 32, "float32"
     config.model.heads, config.model.min_key_dims = 2, 4

@@ -46,7 +46,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.name, d.train_split, d.eval_split = "cifar100", "train", "test"
   d.image_size = 32
   d.crop = "resize"
-  d.shuffle_buffer = 50_000
   config.model.update(name=row, width=1.0, image_size=32, in_channels=3, dropout=0.0,
                       dtype="float32")
   if augmented:

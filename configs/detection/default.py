@@ -37,7 +37,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.flip = False
   d.max_boxes = d.eval_max_boxes = 8  # scenes hold ≤ 4
   d.min_box_size = 2.0
-  d.shuffle_buffer = 4000
 
   config.model.update(
       name="retinanet", backbone="resnet",  # resnet | se_resnet | aa_resnet [+ depth]
@@ -65,7 +64,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
     config.eval.max_batches = 8
   elif preset == "tiny":
     config.dataset.image_size = 32
-    config.dataset.shuffle_buffer = 16
     config.model.width = 0.125
     config.model.features = 16
     config.model.head_convs = 1

@@ -17,7 +17,6 @@ def recipe() -> ml_collections.ConfigDict:
   d.resize = 0
   d.crop_size, d.eval_size = 513, 513
   d.scale_min, d.scale_max, d.flip = 0.5, 2.0, True
-  d.shuffle_buffer = 2048
 
   config.model.update(
       name="hamnet", depth=101, width=1.0, output_stride=8,

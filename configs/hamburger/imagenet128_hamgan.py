@@ -36,7 +36,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config = schema.gan()
   config.dataset.name = "imagenet2012"
   config.dataset.image_size = 128
-  config.dataset.shuffle_buffer = 16_384
   config.conditional = True
   config.model.attention = "hamburger"
   config.model.width = 64

@@ -45,7 +45,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.resize = 0
   d.crop_size, d.eval_size = 321, 513
   d.scale_min, d.scale_max, d.flip = 0.5, 1.5, True
-  d.shuffle_buffer = 2048
 
   config.model.update(
       name="deeplab_v2", head="aspp", depth=101, width=1.0, output_stride=8,

@@ -42,7 +42,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.patch_size = (32, 32)
   d.augment = True
   d.input_percentiles = ()  # photos are already in [0, 1]
-  d.shuffle_buffer = 64
 
   config.model.update(name="unet2d", attention="softmax", features=16, depth=3, heads=4,
                       attention_kwargs=ml_collections.ConfigDict({"query_chunk_size": 1024}),

@@ -18,7 +18,6 @@ def recipe(preset: str | None, *, dataset: str, epochs: int) -> ml_collections.C
   d.augment = False  # CARE trains on its patches as they are
   d.input_percentiles = (1.0, 99.8)
   d.channels = 1  # every CARE dataset is one channel
-  d.shuffle_buffer = 4096
   config.model.update(
       name="unet3d", attention="siamese", features=32, depth=3, heads=4,
       attention_kwargs=ml_collections.ConfigDict({"query_chunk_size": 256}), dtype="float32")
@@ -39,7 +38,6 @@ def recipe(preset: str | None, *, dataset: str, epochs: int) -> ml_collections.C
     config.dataset.eval_split = "test"
     config.dataset.input_percentiles = ()
     config.dataset.augment = True
-    config.dataset.shuffle_buffer = 16
     config.dataset.patch_size = (8, 24, 24)
     config.model.features = 8
     config.batch_size = 8

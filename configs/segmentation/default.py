@@ -49,7 +49,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   d.resize = 128  # 64 → 128 before augmentation
   d.crop_size = d.eval_size = 128
   d.scale_min, d.scale_max, d.flip = 0.75, 2.0, False
-  d.shuffle_buffer = 4000
 
   config.model.update(
       name="segmenter", head="aspp", depth=14, width=0.125, output_stride=8,

@@ -30,7 +30,6 @@ def get_config(preset: str | None = None) -> ml_collections.ConfigDict:
   config.dataset.image_size = 48
   config.dataset.crop = "resize"
   config.dataset.channels = 3  # the scenes are RGB
-  config.dataset.shuffle_buffer = 2048
   # configs/segmentation/default.py's backbone (tests/train/test_segmentation_configs.py).
   config.model.update(name="resnet", depth=14, width=0.125, stem="standard", dtype="float32")
   config.batch_size = 64

@@ -1,22 +1,30 @@
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
-from attention_lab.data import pipeline
+from attention_lab.data import sources
 from attention_lab.data.builders import digit_scenes
-from attention_lab.data.builders.digit_scenes import DigitScenes
+from tests.data.test_segmentation_data import prepared
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-  builder = pipeline.get_builder("digit_scenes", str(tmp_path_factory.mktemp("tfds")))
-  assert isinstance(builder, DigitScenes)
-  return builder
+  return prepared("digit_scenes", tmp_path_factory.mktemp("tfds"))
+
+
+def _examples(built, split):
+  """The split's examples, each object field an array (records hold them as lists)."""
+  records, examples = sources.Records(built.data_dir, split), []
+  for i in range(len(records)):
+    example = records[i]
+    objects = {k: np.asarray(v) for k, v in example["objects"].items()}
+    objects["bbox"] = objects["bbox"].reshape(-1, 4)
+    examples.append({**example, "objects": objects})
+  return examples
 
 
 @pytest.fixture(scope="module")
 def test_examples(built):
-  return list(tfds.as_numpy(built.as_dataset(split="test")))
+  return _examples(built, "test")
 
 
 def _objects(example):
@@ -103,7 +111,7 @@ def test_no_digit_is_in_both_splits(built, test_examples):
   pools = digit_scenes.digit_pools()
   assert len(pools["train"][0]) == 1497 and len(pools["test"][0]) == 300
   assert not set(pools["train"][2].tolist()) & set(pools["test"][2].tolist())
-  train_used = {int(i) for e in tfds.as_numpy(built.as_dataset(split="train"))
+  train_used = {int(i) for e in _examples(built, "train")
                 for i in e["objects"]["index"]}
   test_used = {int(i) for e in test_examples for i in e["objects"]["index"]}
   assert train_used <= set(pools["train"][2].tolist())

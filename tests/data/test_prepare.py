@@ -1,4 +1,5 @@
-"""Preparing a config's datasets, and the one-line error when a run finds one unprepared."""
+"""Preparing a config's datasets as ArrayRecord, converting a TFRecord one, and the one-line
+error when a run finds one unprepared or unreadable by index."""
 
 import os
 import subprocess
@@ -10,8 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from attention_lab import cli
-from attention_lab.data import availability, prepare
-from attention_lab.data import pipeline
+from attention_lab.data import availability, prepare, sources
 from tests.data.test_pascal_context import write_fake_pascal_context
 from tests.data.test_segmentation_data import _jpeg, _mask, _palette_png
 
@@ -98,9 +98,9 @@ def test_downloadable_datasets_name_the_data_dir_and_command(tmp_path, name, ext
 
 
 def test_what_passes_without_a_message(tmp_path):
-  # Embedded (generated on first use), unknown names (the data layer lists the allowed
-  # ones), CelebA from a JPEG folder, a manual dataset whose files are all there.
-  for dataset in (_dataset("digit_scenes", tmp_path), _dataset("no_such_dataset", tmp_path),
+  # Embedded (generated on first use), CelebA from a JPEG folder, a manual dataset whose
+  # files are all there.
+  for dataset in (_dataset("digit_scenes", tmp_path),
                   _dataset("celeb_a", tmp_path, image_dir=str(tmp_path))):
     availability.require_prepared(_run(dataset))
   write_fake_voc(tmp_path / "manual")
@@ -154,14 +154,11 @@ def test_prepare_builds_voc_from_a_fake_manual_dir(tmp_path):
   os.rename(tmp_path / "manual", tmp_path / "gone")
   availability.require_prepared(_run(dataset))
   assert prepare.prepare(dataset) == line
-  builder = pipeline.get_builder(dataset.name, dataset.data_dir)
-  ids = sorted(ex["image_id"].decode()
-               for ex in tfds.as_numpy(builder.as_dataset(split="train_aug")))
+  records = sources.records(dataset, "train_aug")
+  ids = sorted(records[i]["image_id"].decode() for i in range(len(records)))
   assert ids == ["2007_000032", "2007_000039", "2008_000002"]
-  # voc_hamnet.py:trainval trains on "train+val" (VOC2012 trainval): one split to TFDS.
-  assert builder.info.splits["train+val"].num_examples == 3
-  split = tfds.split_for_jax_process("train+val", process_index=1, process_count=2)
-  assert len(list(builder.as_dataset(split=split))) in (1, 2)
+  # voc_hamnet.py:trainval trains on "train+val" (VOC2012 trainval): one sequence.
+  assert len(sources.records(dataset, "train+val")) == 3
 
 
 def test_prepare_builds_pascal_context_and_follows_init_from(tmp_path):
@@ -197,6 +194,35 @@ def test_prepare_says_what_to_download_and_where(tmp_path):
 
 def test_prepare_generates_embedded_datasets(tmp_path):
   line = prepare.prepare(_dataset("digits", tmp_path))
-  assert line.startswith(f"digits: prepared in {tmp_path}/digits/") and "train" in line
-  assert availability.is_prepared(availability.builder("digits", str(tmp_path)))
+  assert line == f"digits: prepared in {tmp_path}/digits/1.0.0 (test 300, train 1,497)"
+  assert sources.has_array_record(sources.find_prepared("digits", str(tmp_path)))
   np.testing.assert_equal(prepare.prepare(_dataset("digits", tmp_path)), line)
+
+
+def test_a_tfrecord_dataset_is_named_then_converted(tmp_path):
+  """A manual dataset prepared as TFRecord (tfds build's default): a run's one line names
+  the command; the command converts it, and the records read by index are the TFRecord
+  ones in order."""
+  write_fake_voc(tmp_path / "manual")
+  dataset = _dataset("voc_segmentation", tmp_path / "data", tmp_path / "manual")
+  builder = availability.builder(dataset.name, dataset.data_dir)
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+      manual_dir=str(tmp_path / "manual")))
+  folder = builder.data_dir
+  with pytest.raises(cli.ConfigError) as error:
+    availability.require_prepared(_run(dataset), config_spec="configs/x.py")
+  assert str(error.value) == (
+      f"dataset 'voc_segmentation' in {folder} is stored as TFRecord, which is read only in "
+      "order; convert it to ArrayRecord (random access) with: python -m "
+      f"attention_lab.data.prepare --config=configs/x.py --config.dataset.data_dir="
+      f"{tmp_path}/data --config.dataset.manual_dir={tmp_path}/manual")
+  assert prepare.prepare(dataset) == (f"voc_segmentation: converted to ArrayRecord in {folder} "
+                                      "(train 2, train_aug 3, val 1)")
+  availability.require_prepared(_run(dataset))
+  records = sources.records(dataset, "train_aug")
+  in_order = list(tfds.as_numpy(builder.as_dataset(split="train_aug")))
+  assert len(records) == len(in_order) == 3
+  for i, expected in enumerate(in_order):
+    assert records[i]["image_id"] == expected["image_id"]
+    np.testing.assert_array_equal(records[i]["segmentation_mask"],
+                                  expected["segmentation_mask"])

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tifffile
 
-from attention_lab.data import pipeline
 from attention_lab.data import restoration as data
+from attention_lab.data import sources
 from attention_lab.data.info import data_info
 from attention_lab.data.builders import care, photos, synthetic_volumes
 
@@ -17,7 +17,7 @@ def _config(name, tmp_path, patch, **dataset):
   config.dataset = ml_collections.ConfigDict(dict(
       name=name, data_dir=str(tmp_path / "tfds"), manual_dir="", train_split="train",
       eval_split="test", patch_size=patch, augment=True, input_percentiles=(), channels=0,
-      shuffle_buffer=8))
+      image_dir="", workers=0))
   config.dataset.update(dataset)
   return config
 
@@ -47,9 +47,10 @@ def test_care_builder_reads_npz_and_tiffs(tmp_path, variant):
                    eval_split="test_condition_1", input_percentiles=(1.0, 99.8))
   info = data_info(config)  # the published facts: the real data's ranks and channels
   assert (info.input_rank, info.target_rank, info.channels) == (3, 2 if projection else 3, 1)
-  builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
-                                 config.dataset.manual_dir)
-  assert set(builder.info.splits) == {"train", "test_condition_1", "test_condition_2"}
+  folder = sources.version_dir(config.dataset)  # prepared on first use from the manual_dir
+  assert set(sources.find_prepared(config.dataset.name, config.dataset.data_dir).info.splits) \
+      == {"train", "test_condition_1", "test_condition_2"}
+  assert len(sources.Records(folder, "train")) == 5
   batch = next(data.train_iterator(config, local_batch_size=2))
   assert batch["input"].shape == (2, 6, 8, 8, 1)
   assert batch["target"].shape == ((2, 8, 8, 1) if projection else (2, 6, 8, 8, 1))
@@ -76,9 +77,10 @@ def test_care_axes_to_channels_last():
 
 def test_care_needs_manual_dir(tmp_path):
   config = _config("care/tribolium", tmp_path, (8, 16, 16))
-  with pytest.raises(ValueError, match="manual_dir"):
-    pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
-                         config.dataset.manual_dir)
+  with pytest.raises(ValueError, match=r"^dataset 'care/tribolium' is not prepared in data_dir "
+                     rf"{tmp_path}/tfds and its manual_dir {tmp_path}/tfds/downloads/manual "
+                     r"lacks train_data/data_label\.npz and 1 more; prepare it with: "):
+    next(data.train_iterator(config, local_batch_size=2))
 
 
 def test_photo_splits_are_disjoint_real_photos(tmp_path):

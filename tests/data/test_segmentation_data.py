@@ -1,15 +1,15 @@
-"""Segmentation data: builders on fake files in the real layouts, aligned crops, eval padding."""
+"""Segmentation data: builders on fake files in the real layouts, read back as records;
+the train stream's resume; evaluation canvases padded with the ignore label. (The numpy
+augmentations themselves: tests/data/test_transforms.py.)"""
 
 import os
 
 import ml_collections
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_datasets as tfds
 from PIL import Image
 
-from attention_lab.data import pipeline
+from attention_lab.data import prepare, sources
 from attention_lab.data import segmentation as seg
 from configs.segmentation import default
 
@@ -33,12 +33,19 @@ def _mask(h, w, seed, classes=21):
 def _config(name, data_dir, manual_dir, **dataset):
   return ml_collections.ConfigDict({"seed": 0, "dataset": {
       "name": name, "data_dir": str(data_dir), "manual_dir": str(manual_dir), "resize": 0,
-      **dataset}})
+      "train_split": "train", "eval_split": "val", "workers": 0, **dataset}})
 
 
-def _builder(config):
-  d = config.dataset
-  return pipeline.get_builder(d.name, d.data_dir, d.manual_dir)
+def _split(config, split):
+  """{image_id: example} of a split, prepared on first use from the manual_dir."""
+  records = sources.records(config.dataset, split)
+  return {records[i]["image_id"].decode(): records[i] for i in range(len(records))}
+
+
+def prepared(name, data_dir, manual_dir=""):
+  """The read-only builder of `name` prepared (as ArrayRecord) under `data_dir`."""
+  prepare.prepare(prepare.dataset_config(name, data_dir, manual_dir))
+  return sources.find_prepared(name, str(data_dir))
 
 
 def test_voc_builder_reads_palette_indices_and_the_sbd_split(tmp_path):
@@ -59,9 +66,7 @@ def test_voc_builder_reads_palette_indices_and_the_sbd_split(tmp_path):
     Image.fromarray(aug[:masks[image_id].shape[0], :masks[image_id].shape[1]]).save(
         root / "SegmentationClassAug" / f"{image_id}.png")
   config = _config("voc_segmentation", tmp_path / "data", tmp_path / "manual")
-  builder = _builder(config)
-  splits = {s: {ex["image_id"].decode(): ex for ex in tfds.as_numpy(builder.as_dataset(split=s))}
-            for s in ("train", "val", "train_aug")}
+  splits = {s: _split(config, s) for s in ("train", "val", "train_aug")}
   assert sorted(splits["train"]) == ["2007_000001", "2007_000002"]
   assert sorted(splits["val"]) == ["2008_000003"]
   assert sorted(splits["train_aug"]) == ["2007_000001", "2007_000002", "2011_000004"]
@@ -88,31 +93,30 @@ def test_ade20k_builder_shifts_zero_to_ignore(tmp_path):
       masks[name] = np.random.default_rng(k).integers(0, 151, (6 + k, 11)).astype(np.uint8)
       masks[name][0, 0], masks[name][0, 1] = 0, 150
       Image.fromarray(masks[name]).save(root / "annotations" / folder / f"{name}.png")
-  builder = _builder(_config("ade20k_challenge", tmp_path / "data", tmp_path / "manual"))
-  assert builder.info.splits["train"].num_examples == 2
-  for ex in tfds.as_numpy(builder.as_dataset(split="validation")):
-    raw = masks[ex["image_id"].decode()]
+  config = _config("ade20k_challenge", tmp_path / "data", tmp_path / "manual")
+  assert len(sources.records(config.dataset, "train")) == 2
+  for image_id, ex in _split(config, "validation").items():
+    raw = masks[image_id]
     expected = np.where(raw == 0, 255, raw.astype(int) - 1)
     np.testing.assert_array_equal(ex["segmentation_mask"][..., 0], expected)
     assert ex["segmentation_mask"][0, 1, 0] == 149
 
 
-def test_cityscapes_label_ids_map_to_train_ids():
-  config = _config("cityscapes/semantic_segmentation", "", "")
-  label_ids = np.arange(256, dtype=np.uint8).reshape(16, 16, 1)
-  example = {"image_left": np.zeros((16, 16, 3), np.uint8), "segmentation_label": label_ids}
-  _, label = seg.decode(config, example)
-  label = label.numpy()[..., 0].ravel()
-  for label_id in range(256):
-    assert label[label_id] == seg.CITYSCAPES_TRAIN_IDS.get(label_id, 255)
-  assert sorted(seg.CITYSCAPES_TRAIN_IDS.values()) == list(range(19))
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  """The tiny segmentation config (digit scenes) on a data_dir of its own."""
+  config = default.get_config("tiny")
+  config.dataset.data_dir = str(tmp_path_factory.mktemp("tfds"))
+  return config
 
 
-def test_train_stream_resumes_exactly():
+def test_train_stream_resumes_exactly(tiny):
   """start_step = 2 gives the batches a fresh stream gives from its third on."""
-  config = default.get_config("tiny")  # digit scenes
+  config = tiny
   fresh = seg.train_iterator(config, local_batch_size=4)
   batches = [next(fresh) for _ in range(4)]
+  assert batches[0]["image"].shape == (4, config.dataset.crop_size, config.dataset.crop_size, 3)
+  assert batches[0]["image"].dtype == np.float32 and batches[0]["label"].dtype == np.int32
   resumed = seg.train_iterator(config, local_batch_size=4, start_step=2)
   for expected in batches[2:]:
     got = next(resumed)
@@ -121,59 +125,19 @@ def test_train_stream_resumes_exactly():
   assert not np.array_equal(batches[0]["label"], batches[1]["label"])
 
 
-@pytest.mark.parametrize("shape,crop", [((37, 23), 32), ((20, 50), 24)])
-def test_train_crops_keep_image_and_mask_aligned(shape, crop):
-  """The mask is a function of the pixels (class = first channel); after pad / crop / flip it
-  still is, and padding is mean (0) in the image and 255 in the mask."""
-  rng = np.random.default_rng(1)
-  classes = rng.integers(0, 21, shape)
-  image = np.stack([classes, rng.integers(0, 5, shape), classes * 2], -1).astype(np.float32)
-  label = classes[..., None].astype(np.int32)
-  seen_flip = set()
-  for s in range(6):
-    out_image, out_label = seg.train_preprocess(
-        tf.constant(image), tf.constant(label), crop=crop, scale_range=(1.0, 1.0),
-        seed=tf.constant([3, s], tf.int64))
-    out_image, out_label = out_image.numpy(), out_label.numpy()
-    assert out_image.shape == (crop, crop, 3) and out_label.shape == (crop, crop)
-    labelled = out_label != 255
-    np.testing.assert_array_equal(out_label[labelled], out_image[..., 0][labelled])
-    np.testing.assert_array_equal(out_image[..., 2][labelled], 2 * out_label[labelled])
-    np.testing.assert_array_equal(out_image[~labelled], 0.0)
-    assert labelled.sum() == min(crop, shape[0]) * min(crop, shape[1])
-    # Flipped or not: a row of the output is a contiguous run of an input row, either way.
-    row = out_label[np.argmax(labelled.any(1))]
-    row = row[row != 255]
-    for r in classes:
-      for start in range(len(r) - len(row) + 1):
-        if np.array_equal(r[start:start + len(row)], row):
-          seen_flip.add(False)
-        if np.array_equal(r[::-1][start:start + len(row)], row):
-          seen_flip.add(True)
-  assert seen_flip == {False, True}
-
-
-def test_random_scale_resizes_mask_by_nearest():
-  image = np.zeros((20, 30, 3), np.float32)
-  label = np.random.default_rng(0).integers(0, 4, (20, 30, 1)).astype(np.int32)
-  _, out = seg.train_preprocess(tf.constant(image), tf.constant(label), crop=80,
-                                scale_range=(2.0, 2.0), flip=False,
-                                seed=tf.constant([0, 0], tf.int64))
-  out = out.numpy()
-  assert set(np.unique(out)) <= {0, 1, 2, 3, 255}
-  assert (out != 255).sum() == 40 * 60
-
-
-def test_eval_pads_with_mean_and_ignore_and_fits_large_images():
-  image = tf.ones((5, 7, 3))
-  label = tf.fill((5, 7, 1), 3)
-  out_image, out_label = seg.eval_preprocess(image, label, size=8)
-  assert out_image.shape == (8, 8, 3) and out_label.shape == (8, 8)
-  np.testing.assert_array_equal(out_label.numpy()[:5, :7], 3)
-  assert (out_label.numpy() == 255).sum() == 64 - 35 and out_image.numpy()[5:].max() == 0
-  big_image, big_label = seg.eval_preprocess(tf.ones((16, 10, 3)), tf.fill((16, 10, 1), 2),
-                                             size=8)
-  assert (big_label.numpy() == 2).sum() == 8 * 5
+def test_eval_batches_pad_with_the_mean_and_ignore(tiny):
+  """Every test scene once, on an eval_size canvas: outside the scene the image is 0 (the
+  mean, once normalised) and the label 255; padded rows are all 255."""
+  config = tiny.copy_and_resolve_references()
+  scene = config.dataset.resize or 64
+  config.dataset.eval_size = scene + 16
+  batches = list(seg.eval_batches(config, local_batch_size=64))
+  assert sum(int(b["mask"].sum()) for b in batches) == 500
+  last = batches[-1]
+  assert (last["label"][~last["mask"]] == 255).all()
+  real = last["label"][last["mask"]]
+  assert (real[:, scene:] == 255).all() and (real[:, :scene, :scene] != 255).all()
+  assert not last["image"][last["mask"]][:, scene:].any()
 
 
 def test_cityscapes_tfds_builder_on_fake_zips_gives_train_ids(tmp_path):
@@ -195,10 +159,9 @@ def test_cityscapes_tfds_builder_on_fake_zips_gives_train_ids(tmp_path):
           images[split] = np.zeros((1024, 2048, 3), np.uint8)
           Image.fromarray(images[split]).save(path)
         archive.write(path, f"{root}/{split}/aachen/aachen_000000_000019_{suffix}.png")
-  config = _config("cityscapes/semantic_segmentation", tmp_path / "data", manual)
-  builder = _builder(config)
-  example = next(iter(builder.as_dataset(split="validation")))
-  _, label = seg.decode(config, example)
-  row = label.numpy()[0, :256, 0]
+  config = _config("cityscapes/semantic_segmentation", tmp_path / "data", manual,
+                   eval_split="validation", eval_size=2048)
+  batch = next(seg.eval_batches(config, local_batch_size=1))
+  row = batch["label"][0, 0, :256]
   expected = [seg.CITYSCAPES_TRAIN_IDS.get(i, 255) for i in range(256)]
   np.testing.assert_array_equal(row, expected)

@@ -3,14 +3,13 @@ in the devkit layout, predict's comp6 PNGs for it, and the one line when it was 
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 from PIL import Image
 
 from attention_lab import cli, predict
-from attention_lab.data import availability, pipeline
+from attention_lab.data import availability, sources
 from attention_lab.data.builders import voc_segmentation
 from tests.data.test_prepare import _dataset, write_fake_voc
-from tests.data.test_segmentation_data import _jpeg
+from tests.data.test_segmentation_data import _jpeg, prepared
 from tests.test_predict import checkpointed, voc_palette_reference
 
 TEST_SIZES = {"2008_000001": (7, 11), "2008_000004": (9, 6), "2008_000005": (12, 12)}
@@ -27,12 +26,12 @@ def write_fake_voc_test(manual):
 def test_test_split_has_the_listed_images_and_all_ignore_masks(tmp_path):
   write_fake_voc(tmp_path / "manual")
   write_fake_voc_test(tmp_path / "manual")
-  builder = pipeline.get_builder("voc_segmentation", str(tmp_path / "data"),
-                                 str(tmp_path / "manual"))
+  builder = prepared("voc_segmentation", tmp_path / "data", tmp_path / "manual")
   assert builder.info.splits["test"].num_examples == len(TEST_SIZES)
   assert builder.info.splits["val"].num_examples == 1  # the other splits as without it
   seen = {}
-  for ex in tfds.as_numpy(builder.as_dataset(split="test")):
+  records = sources.Records(builder.data_dir, "test")
+  for ex in (records[i] for i in range(len(records))):
     image_id = ex["image_id"].decode()
     assert ex["image"].shape == (*TEST_SIZES[image_id], 3)
     assert ex["segmentation_mask"].shape == (*TEST_SIZES[image_id], 1)
@@ -43,7 +42,7 @@ def test_test_split_has_the_listed_images_and_all_ignore_masks(tmp_path):
 def test_a_dataset_prepared_without_the_test_images_names_what_adds_them(tmp_path):
   write_fake_voc(tmp_path / "manual")
   dataset = _dataset("voc_segmentation", tmp_path / "data", tmp_path / "manual")
-  builder = pipeline.get_builder(dataset.name, dataset.data_dir, dataset.manual_dir)
+  builder = prepared(dataset.name, dataset.data_dir, dataset.manual_dir)
   availability.require_split(dataset, builder, "train+val[:1]")  # there: passes
   with pytest.raises(cli.ConfigError, match="split = 'val\\+test\\[:2\\]': .* no split 'test' "):
     availability.require_split(dataset, builder, "val+test[:2]")

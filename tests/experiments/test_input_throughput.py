@@ -1,4 +1,5 @@
-"""experiments.input_throughput: rates, stand-in files read by the real pipeline, needs."""
+"""experiments.input_throughput: rates of both paths, stand-in files in both formats read by
+the config's pipelines, needs."""
 
 import json
 import os
@@ -12,7 +13,7 @@ import tensorflow_datasets as tfds
 from attention_lab import cli
 from experiments import input_throughput as throughput
 from experiments import stand_in_files
-from attention_lab.data import segmentation as seg
+from attention_lab.data import sources
 
 
 def _config(spec, **dataset):
@@ -22,27 +23,39 @@ def _config(spec, **dataset):
   return config
 
 
-def test_tiny_config_rates_are_positive():
-  result = throughput.measure_in_process(_config("configs/default.py:tiny"), batch_size=8,
-                                         seconds=0.2, windows=3, warmup=0.1)
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  """The tiny default config on digits generated in both formats."""
+  root = tmp_path_factory.mktemp("data")
+  config, source = throughput.with_data(
+      _config("configs/default.py:tiny", data_dir=str(root / "absent")), str(root), 8)
+  assert source == "embedded" and throughput.real_data_prepared(config)
+  return config
+
+
+@pytest.mark.parametrize("path", throughput.PATHS)
+def test_tiny_config_rates_are_positive(tiny, path):
+  result = throughput.measure_in_process(tiny, batch_size=8, seconds=0.2, windows=3,
+                                         warmup=0.1, path=path)
   assert result["examples_per_s"] > 0 and len(result["window_rates"]) == 3
   assert result["examples_per_s"] == sorted(result["window_rates"])[1]
   # Examples per CPU-second of the process (all its threads): the median window too.
   assert result["examples_per_cpu_s"] == sorted(result["window_cpu_rates"])[1] > 0
-  assert result["batch_shapes"]["image"][0] == 8 and result["examples_per_batch"] == 8
+  assert result["batch_shapes"] == {"image": [8, 32, 32, 1], "label": [8]}
+  assert result["examples_per_batch"] == 8
 
 
-def test_one_core_measurement_runs_pinned_to_one_core():
+def test_one_core_measurement_runs_pinned_to_one_core(tiny):
   core = throughput.available_cores()[0]
-  result = throughput.measure_on_cores(_config("configs/default.py:tiny"), [core], batch_size=8,
-                                       seconds=0.2, windows=1, warmup=0.1)
-  assert result["affinity"] == [core] and result["cores"] == 1
-  assert result["tf_intra_op_threads"] == 1 and result["examples_per_s"] > 0
+  result = throughput.measure_on_cores(tiny, [core], batch_size=8, seconds=0.2, windows=1,
+                                       warmup=0.1)
+  assert result["affinity"] == [core] and result["cores"] == 1 and result["workers"] == 0
+  assert result["examples_per_s"] > 0
 
 
-def test_imagenet_stand_in_is_read_by_the_config_pipeline(tmp_path):
+def test_imagenet_stand_in_is_read_by_both_paths(tmp_path):
   builder = stand_in_files.write_tfds("imagenet2012", str(tmp_path), 4,
-                                  splits=("train", "validation"))
+                                      splits=("train", "validation"))
   assert builder.is_prepared() and builder.info.splits["train"].num_examples == 4
   # Photo JPEGs of about 400×350, stored JPEG-encoded (the builder's own feature).
   assert builder.info.features["image"].encoding_format == "jpeg"
@@ -51,19 +64,22 @@ def test_imagenet_stand_in_is_read_by_the_config_pipeline(tmp_path):
     assert example["image"].std() > 20  # a photograph, not a flat image
   # Claims the real split's size, so TFDS does not cache the decoded images in memory.
   assert builder.info.dataset_size > 250 * 2**20
-  config = _config("configs/sanet/imagenet.py", data_dir=str(tmp_path), shuffle_buffer=4)
+  config = _config("configs/sanet/imagenet.py", data_dir=str(tmp_path))
+  assert not throughput.real_data_prepared(config)  # TFRecord only
+  throughput.both_formats(config.dataset)
   assert throughput.real_data_prepared(config)
-  result = throughput.measure_in_process(config, batch_size=2, seconds=0.1, windows=1,
-                                         warmup=0.0)
-  assert result["batch_shapes"]["image"] == [2, 224, 224, 3]
-  assert result["examples_per_s"] > 0
+  for path in throughput.PATHS:
+    result = throughput.measure_in_process(config, batch_size=2, seconds=0.1, windows=1,
+                                           warmup=0.0, path=path)
+    assert result["batch_shapes"]["image"] == [2, 224, 224, 3]
+    assert result["examples_per_s"] > 0
 
 
 def test_unprepared_data_gets_stand_in_files(tmp_path):
   config = _config("configs/kanet/voc_deeplab.py", data_dir=str(tmp_path / "absent"))
   assert not throughput.real_data_prepared(config)
   config, source = throughput.with_data(config, str(tmp_path), 3)
-  assert source == "stand-in" and config.dataset.shuffle_buffer <= 3
+  assert source == "stand-in" and throughput.real_data_prepared(config)
   root = os.path.join(config.dataset.manual_dir, "VOCdevkit", "VOC2012")
   assert len(os.listdir(os.path.join(root, "JPEGImages"))) == 5  # 3 train + 2 val
 
@@ -115,12 +131,13 @@ def test_photo_sampler_is_seeded():
 
 
 def test_pascal_context_stand_in_is_read_by_the_config_pipeline(tmp_path):
-  """VOC2010 photos with 0-59 grey labels in the layout the PASCAL-Context builder reads;
-  the config's own pipeline batches them at its crop."""
+  """VOC2010 photos with 0-59 grey labels in the layout the PASCAL-Context builder reads,
+  in both formats; the config's own pipeline batches them at its crop."""
   config = _config("configs/hamburger/pcontext_hamnet.py", data_dir=str(tmp_path / "absent"))
   config, source = throughput.with_data(config, str(tmp_path), 3)
-  assert source == "stand-in" and seg.num_examples(config, "train") == 3
-  for example in tfds.as_numpy(seg._builder(config).as_dataset(split="val")):  # pylint: disable=protected-access
+  assert source == "stand-in" and len(sources.records(config.dataset, "train")) == 3
+  val = sources.records(config.dataset, "val")
+  for example in (val[i] for i in range(len(val))):
     assert example["image"].shape == (375, 500, 3) and example["image"].std() > 20
     labels = set(np.unique(example["segmentation_mask"]))
     assert labels <= {*range(59), 255} and 255 in labels  # background 0 → ignore

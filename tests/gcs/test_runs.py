@@ -33,9 +33,9 @@ TIMEOUT_S = 600
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   """A local TFDS data_dir with `digits` prepared once, before processes race for it."""
-  from attention_lab.data.builders import digits  # pylint: disable=g-import-not-at-top
+  from attention_lab.data import prepare  # pylint: disable=g-import-not-at-top
   path = str(tmp_path_factory.mktemp("tfds"))
-  digits.Digits(data_dir=path).download_and_prepare()
+  prepare.prepare(prepare.dataset_config("digits", path))
   return path
 
 
@@ -315,19 +315,26 @@ def test_predict_from_a_gs_workdir_to_a_gs_out(gcs, data_dir, tmp_path):
   _no_local_gs_folder(tmp_path)
 
 
-def test_run_reads_a_gs_data_dir(gcs, tmp_path, reference, monkeypatch):
-  """digits prepared in a gs:// data_dir (TFDS through tf.io.gfile); a run reads it there
-  and ends as the run on the local data_dir."""
-  from attention_lab.data.builders import digits  # pylint: disable=g-import-not-at-top
-  env = _env(gcs)
-  for key, value in gcs.env().items():
-    monkeypatch.setenv(key, value)
-  digits.Digits(data_dir=gcs.url("tfds")).download_and_prepare()
+def test_run_reads_a_gs_data_dir(gcs, tmp_path, reference):
+  """digits prepared into a gs:// data_dir by `attention_lab.data.prepare` (written locally
+  as ArrayRecord, then uploaded); a run reads it through one local copy (ArrayRecord is
+  read by local file readers) and ends as the run on the local data_dir; the bucket is
+  read, not written."""
+  home = tmp_path / "home"  # the local copy goes under ~/.cache
+  env = _env(gcs, HOME=str(home))
+  data_dir = gcs.url("tfds")
+  out = _succeeds(_start("attention_lab.data.prepare", tmp_path, env, "--dataset=digits",
+                         f"--data_dir={data_dir}"))
+  assert out.splitlines()[-1].startswith(f"digits: prepared in {data_dir}/digits/1.0.0 ("), out
   prepared = gcs.names("tfds/")
+  assert "tfds/digits/1.0.0/digits-train.array_record-00000-of-00001" in prepared
   out = _succeeds(_main(tmp_path, env, f"--workdir={tmp_path / 'w'}",
-                        f"--config.dataset.data_dir={gcs.url('tfds')}"))
+                        f"--config.dataset.data_dir={data_dir}"))
   assert _final(out) == reference()
   assert gcs.names("tfds/") == prepared  # read, not prepared again
+  copy = home / ".cache" / "attention_lab" / "datasets" / "gs" / gcs.url()[len("gs://"):] \
+      / "tfds" / "digits" / "1.0.0"
+  assert (copy / "digits-train.array_record-00000-of-00001").is_file()
   _no_local_gs_folder(tmp_path)
 
 

@@ -17,9 +17,9 @@ def no_stop_left_over():
 def digit_scenes_dir(tmp_path_factory):
   """One TFDS data_dir per test session (per xdist worker) in which `digit_scenes` is
   prepared once: building its 4,500 scenes is the slowest part of a detection test."""
-  from attention_lab.data import pipeline  # pylint: disable=g-import-not-at-top
+  from attention_lab.data import prepare  # pylint: disable=g-import-not-at-top
   path = str(tmp_path_factory.mktemp("tfds_digit_scenes"))
-  pipeline.get_builder("digit_scenes", path)
+  prepare.prepare(prepare.dataset_config("digit_scenes", path))
   return path
 
 

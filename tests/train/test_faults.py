@@ -1,39 +1,33 @@
 """Faults a real run meets, made as a user meets them, through `python -m attention_lab.main`:
 a full disk while saving, a damaged latest checkpoint, a workdir reused with another
-config, a corrupt dataset file. Each is one line with exit status 2 (or a warning and a
-resume), and nothing is lost: the resumed run ends where a run that never faulted ends.
+config (or batch size), a corrupt dataset file. Each is one line with exit status 2 (or a
+warning and a resume), and nothing is lost: the resumed run ends where a run that never
+faulted ends.
 """
 
 import errno
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
-import uuid
 
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from attention_lab.data import pipeline
+from attention_lab.data import pipeline, prepare, sources
 from attention_lab.train import checkpointing, config_record, errors
 from configs import default
 from tests.train.test_system import _env
 
 REPO = pathlib.Path(__file__).parents[2]
-# The data test: a small shuffle buffer reads the train file as it goes, so a damaged
-# record in its middle is met mid-run (step 45 of 60 here), not while filling the buffer.
-DATA_RUN = ["--config.dataset.shuffle_buffer=16", "--config.num_train_steps=60",
-            "--config.log_every_steps=20", "--config.eval_every_steps=60",
-            "--config.checkpoint_every_steps=20"]
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("tfds"))
-  pipeline.get_builder("digits", path)
+  prepare.prepare(prepare.dataset_config("digits", path))
   return path
 
 
@@ -330,34 +324,58 @@ def test_workdir_recorded_under_renamed_fields_resumes(tmp_path, capsys):
       {}, {"eval.max_batches": (7, config.eval.max_batches)})
 
 
-def test_corrupt_tfrecord(tmp_path, data_dir):
-  """64 bytes flipped in the middle of the digits train file, met at step 45 of 60."""
+def _first_step_reading(indices, config) -> int:
+  """The first step of `config`'s train stream whose batch reads one of `indices`."""
+  positions = [{"index": np.int64(i)} for i in range(1497)]
+  stream = pipeline.resumable_batches(positions, lambda example, _: example, seed=config.seed,
+                                      batch_shape=(config.batch_size,))
+  step = 0
+  while not set(next(stream)["index"].tolist()) & indices:
+    step += 1
+  return step
+
+
+def test_corrupt_array_record(tmp_path, data_dir):
+  """64 bytes flipped in the middle of the digits train file: the run stops at the first
+  step whose batch reads a damaged record, saves the step reached, and says which file;
+  prepared again, the same command resumes and ends as a run that never faulted."""
   bad_dir = tmp_path / "tfds"
   shutil.copytree(data_dir, bad_dir)
   version = bad_dir / "digits" / "1.0.0"
-  train_file = version / "digits-train.tfrecord-00000-of-00001"
+  train_file = version / "digits-train.array_record-00000-of-00001"
   data = bytearray(train_file.read_bytes())
   middle = len(data) // 2
   data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
   train_file.write_bytes(bytes(data))
+  records, damaged = sources.Records(version, "train"), set()
+  for i in range(len(records)):
+    try:
+      records.raw(i)
+    except sources.DamagedRecord:
+      damaged.add(i)
+  step = _first_step_reading(damaged, default.get_config("tiny"))
+  assert damaged and step > 0
+  run = [f"--config.num_train_steps={step + 5}", "--config.log_every_steps=20",
+         f"--config.eval_every_steps={step + 5}", "--config.checkpoint_every_steps=20"]
 
   workdir, never_faulted = tmp_path / "w", tmp_path / "reference"
-  faulted = _start(workdir, bad_dir, *DATA_RUN)
-  clean = _start(never_faulted, data_dir, *DATA_RUN)
+  faulted = _start(workdir, bad_dir, *run)
+  clean = _start(never_faulted, data_dir, *run)
   (code, out, err), (clean_code, _, clean_err) = _finish(faulted), _finish(clean)
   assert clean_code == 0, clean_err[-3000:]
   assert code == 2, err[-3000:]
-  assert _lines(err) == [
-      f"error: dataset 'digits' is damaged: corrupted record at offset 490126 in {train_file}; "
-      f"saved step 45 (the step reached) in {workdir}/checkpoints. Prepare the dataset "
-      f"again: rm -r {version} and run the same command again (it is prepared on first "
-      "use)"], err[-3000:]
+  lines = _lines(err)
+  assert len(lines) == 1 and re.fullmatch(
+      rf"error: dataset 'digits' is damaged: corrupted record at byte \d+ in {train_file}; "
+      rf"saved step {step} \(the step reached\) in {workdir}/checkpoints\. Prepare the "
+      rf"dataset again: rm -r {version} and run the same command again \(it is prepared on "
+      r"first use\)", lines[0]), err[-3000:]
 
   shutil.rmtree(version)  # as the line says
-  code, out, err = _main(workdir, bad_dir, *DATA_RUN)
+  code, out, err = _main(workdir, bad_dir, *run)
   assert code == 0, err[-3000:]
-  assert f"Resumed from {workdir}/checkpoints at step 45" in out
-  assert _checkpoint(workdir, 60) == _checkpoint(never_faulted, 60)
+  assert f"Resumed from {workdir}/checkpoints at step {step}" in out
+  assert _checkpoint(workdir, step + 5) == _checkpoint(never_faulted, step + 5)
 
 
 def _checkpoint(workdir, step) -> list[bytes]:
@@ -368,23 +386,62 @@ def _checkpoint(workdir, step) -> list[bytes]:
   return [np.asarray(x).tobytes() for x in jax.tree.leaves(restored)]
 
 
-def test_damaged_file_is_found_by_offset(tmp_path):
-  """Among several TFRecord files, the one whose record at the offset fails."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+def test_a_damaged_record_names_its_file_among_several(tmp_path, data_dir):
+  """The digits train split re-written as three ArrayRecord shards: a record that fails its
+  checksum is a DamagedRecord naming its own shard; a dataset that is not embedded gets
+  the prepare command in its one line."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
   from attention_lab.train import data_faults  # pylint: disable=g-import-not-at-top
-  folder = tmp_path / "name" / "1.0.0"
-  folder.mkdir(parents=True)
-  for i in range(3):
-    with tf.io.TFRecordWriter(str(folder / f"name-train.tfrecord-0000{i}-of-00003")) as w:
-      for _ in range(4):
-        w.write(uuid.uuid4().bytes * 4)
-  damaged = folder / "name-train.tfrecord-00001-of-00003"
-  data = bytearray(damaged.read_bytes())
-  record = 8 + 4 + 64 + 4
-  data[2 * record + 20] ^= 0xFF  # inside the third record's data
-  damaged.write_bytes(bytes(data))
-  assert data_faults.damaged_file("name", str(tmp_path), 2 * record) == str(damaged)
-  assert data_faults.damaged_file("name", str(tmp_path), record) is None
+  folder = tmp_path / "digits" / "1.0.0"
+  shutil.copytree(pathlib.Path(data_dir) / "digits" / "1.0.0", folder)
+  original = sources.Records(folder, "train")
+  raw = [original.raw(i) for i in range(len(original))]
+  (folder / "digits-train.array_record-00000-of-00001").unlink()
+  lengths, paths, start = [500, 500, len(raw) - 1000], [], 0
+  for k, length in enumerate(lengths):
+    paths.append(folder / f"digits-train.array_record-0000{k}-of-00003")
+    writer = array_record_module.ArrayRecordWriter(str(paths[-1]), "group_size:1")
+    for record in raw[start:start + length]:
+      writer.write(record)
+    writer.close()
+    start += length
+  record = json.loads((folder / "dataset_info.json").read_text())
+  train = next(split for split in record["splits"] if split["name"] == "train")
+  train["shardLengths"] = [str(n) for n in lengths]
+  (folder / "dataset_info.json").write_text(json.dumps(record))
+  data = bytearray(paths[1].read_bytes())
+  data[len(data) // 2] ^= 0xFF
+  paths[1].write_bytes(bytes(data))
+
+  records, damaged = sources.Records(folder, "train"), {}
+  assert [records.file_of(i) for i in (0, 499, 500, 1000)] == [
+      str(paths[k]) for k in (0, 0, 1, 2)]
+  for i in range(len(records)):
+    try:
+      assert records.raw(i) == raw[i]
+    except sources.DamagedRecord as e:
+      damaged[i] = e.path
+  assert damaged and set(damaged.values()) == {str(paths[1])}
+  assert all(500 <= i < 1000 for i in damaged)
+  error = sources.DamagedRecord(str(paths[1]), "Corrupted Riegeli/records file: ...; at byte 9")
+  assert data_faults.is_data_loss(error) and not data_faults.is_data_loss(ValueError())
+  config = ml_collections.ConfigDict({"dataset": {"name": "cifar10", "data_dir": "/d",
+                                                  "manual_dir": "", "image_dir": ""}})
+  assert str(data_faults.corruption_error(config, error, "saved step 7")) == (
+      f"dataset 'cifar10' is damaged: corrupted record at byte 9 in {paths[1]}; saved step 7. "
+      f"Prepare the dataset again: rm -r {folder} && python -m attention_lab.data.prepare "
+      "--dataset=cifar10 --data_dir=/d")
+
+
+def test_another_batch_size_on_resume_is_refused(tmp_path):
+  """The data position is derived from the step and the global batch: another batch size
+  would read other examples, so the recorded config refuses it (in one line)."""
+  config = default.get_config("tiny")
+  config_record.check_or_write(config, str(tmp_path))
+  config.batch_size = 32
+  with pytest.raises(errors.WorkdirMismatchError, match=r"batch_size 16 -> 32"):
+    config_record.check_or_write(config, str(tmp_path))
 
 
 def test_workdir_recorded_before_fields_were_added_resumes():

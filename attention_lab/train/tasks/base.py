@@ -11,7 +11,7 @@ neither TensorFlow nor a prepared dataset. The loop calls, in order:
                                             # or an orbax restore into
                                             # jax.eval_shape(task.init_state)
   task.batch_spec() -> {name: ShapeDtypeStruct}  # global batch shapes (aot, synthetic)
-  for batch in task.train_batches(start_step):   # this process's numpy batches (TFDS)
+  for batch in task.train_batches(start_step):   # this process's numpy batches (data/)
     state, metrics = jit(task.train_step)(state, env.global_batch(batch))
   task.evaluate(state) -> {"eval_...": float}    # whole-set, every eval_every_steps
   task.image_summaries(state) -> {name: images}  # pictures, at every evaluation

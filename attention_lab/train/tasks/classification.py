@@ -1,7 +1,7 @@
 """Image classification: softmax cross-entropy with label smoothing; top-1 / top-5.
 
 State: {"step", "params", "non_params", "opt_state"} of one model (base.TrainableModel).
-Data: the TFDS pipelines of data/pipeline.py (digits, CIFAR, ImageNet).
+Data: data/pipeline.py (digits, CIFAR, ImageNet).
 """
 
 import flax

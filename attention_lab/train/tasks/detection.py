@@ -20,7 +20,6 @@ eval_ap_small / medium / large (−1 where the split has no such objects).
 """
 
 import json
-import math
 
 import flax
 import jax
@@ -184,36 +183,19 @@ class Detection(base.Task):
   def export_results(self, state, split, out):
     """Writes COCO's results JSON of `split` (evaluation/submission.py) under `out`;
     (summary line, its path, the gathered eval-step outputs with each row's "image_id")."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from attention_lab.data import pipeline  # pylint: disable=g-import-not-at-top
+    from attention_lab.data import pipeline, sources  # pylint: disable=g-import-not-at-top
     config = self.config
-    builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
-                                   supported=data.DATASETS)
-    subsplit, offset, largest = submission.process_slice(builder, split)
-    source = builder.as_dataset(split=subsplit, shuffle_files=False)
-    local = self.env.local_batch_size
-    if "image/id" in builder.info.features:  # COCO's own ids
-      ids = np.array([int(e) for e in tfds.as_numpy(source.map(lambda e: e["image/id"]))],
-                     np.int32)
-    else:
-      ids = np.arange(offset, offset + builder.info.splits[subsplit].num_examples,
-                      dtype=np.int32)
 
-    def batches():
-      """The evaluation's batches with each row's image id (−1: padding), as many on every
-      process."""
-      position, count, first = 0, 0, None
-      for batch in data.eval_batches(config, local_batch_size=local, source=source):
-        n = int(batch["mask"].sum())
-        batch["image_id"] = np.full(local, -1, np.int32)
-        batch["image_id"][:n] = ids[position:position + n]
-        position, count = position + n, count + 1
-        first = first or {k: np.zeros_like(v) for k, v in batch.items()}
-        yield batch
-      for _ in range(math.ceil(largest / local) - count):
-        yield {**first, "image_id": np.full(local, -1, np.int32)}
+    def with_id(example):
+      """The evaluation's example and its image id: COCO's own, else the index."""
+      image_id = example.get("image/id", example["index"])
+      return {**data.preprocess(config, example), "image_id": np.int32(image_id)}
 
-    gathered = self._gathered_outputs(state, batches())
+    batches = pipeline.padded_batches(
+        pipeline.Indexed(sources.records(config.dataset, split)), with_id,
+        batch_size=self.env.local_batch_size, pad_values={"image_id": -1},
+        batch_map=data.normalize)
+    gathered = self._gathered_outputs(state, batches)
     coco_names = config.dataset.name.startswith("coco")
     category_ids = submission.COCO_CATEGORY_IDS if coco_names else None
     results = submission.detection_results(gathered, gathered["image_id"], category_ids)

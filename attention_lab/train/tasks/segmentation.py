@@ -29,8 +29,6 @@ folder or one step folder), or a classification config file
 if unfinished); each fills the backbone's parameters and BatchNorm statistics.
 """
 
-import math
-
 import flax
 import jax
 import jax.numpy as jnp
@@ -42,6 +40,7 @@ from etils import epath
 from attention_lab.checkpoints import backbone_weights
 from attention_lab.data import segmentation as data
 from attention_lab.data.info import data_info
+from attention_lab.data.transforms import image as image_ops
 from attention_lab.evaluation import segmentation as evaluation
 from attention_lab.evaluation import submission
 from attention_lab.train import optim
@@ -108,8 +107,8 @@ class Segmentation(base.Task):
 
   def __init__(self, config, env):
     super().__init__(config, env)
-    self.spec = data.dataset(config.dataset.name)
-    self.num_classes = self.spec.num_classes
+    self.spec = data.facts(config.dataset.name)
+    self.num_classes = len(self.spec.mask_classes)
     self.aux_weight = float(config.aux_loss_weight)
     self.set_schedule(data_info(config).num_examples(config.dataset.train_split))
     extra = {"aux_head": True} if self.aux_weight > 0 else {}
@@ -224,7 +223,7 @@ class Segmentation(base.Task):
     confusion = submission.host(total["confusion"])
     result = {"eval_loss": float(submission.host(total["loss"]))}
     result.update({f"eval_{k}": v for k, v in
-                   evaluation.summary(confusion, list(self.spec.class_names)).items()})
+                   evaluation.summary(confusion, list(self.spec.mask_classes)).items()})
     return result
 
   def image_summaries(self, state):
@@ -248,57 +247,46 @@ class Segmentation(base.Task):
 
   def export(self, state, split, out):
     """One PNG per image of `split` in the benchmark's layout (evaluation/submission.py),
-    predicted as the evaluation predicts."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from attention_lab.data import availability, pipeline  # pylint: disable=g-import-not-at-top
-    config = self.config
-    spec = data.dataset(config.dataset.name)
-    builder = pipeline.get_builder(config.dataset.name, config.dataset.data_dir,
-                                   config.dataset.manual_dir, supported=data.DATASETS)
-    availability.require_split(config.dataset, builder, split)
-    subsplit, offset, largest = submission.process_slice(builder, split)
-    folder, encode, palette = submission.segmentation_layout(config.dataset.name)
+    predicted as the evaluation predicts, at the image's original size."""
+    from attention_lab.data import availability, pipeline, sources  # pylint: disable=g-import-not-at-top
+    d = self.config.dataset
+    sources.version_dir(d)  # prepared on first use, where it may be
+    availability.require_split(d, sources.find_prepared(d.name, d.data_dir), split)
+    folder, encode, palette = submission.segmentation_layout(d.name)
     folder = epath.Path(out) / folder
-    size, local = config.dataset.eval_size, self.env.local_batch_size
+    local, process = self.env.local_batch_size, jax.process_index()
     predict = jax.jit(self.predict)
 
-    def canvas(image):
-      """The evaluation's input: decoded (normalised, dataset.resize), fitted into and padded
-      to eval_size (a dummy label: test splits have none)."""
-      label = np.zeros((*image.shape[:2], 1), np.uint8)
-      x, label = data.decode(config, {spec.image_key: image, spec.label_key: label})
-      return data.eval_preprocess(x, label, size=size)[0].numpy(), tuple(x.shape[:2])
+    def canvas(example):
+      """The evaluation's input (a dummy label: test splits have none), the image's size
+      as stored and as decoded (dataset.resize), and its id."""
+      image = example[self.spec.image_key]
+      label = np.zeros(image.shape[:2], np.uint8)
+      x = data.preprocess(self.config, {self.spec.image_key: image, self.spec.label_key: label})
+      decoded = (d.resize, d.resize) if d.resize else image.shape[:2]
+      name = submission.text(example["image_id"]) if "image_id" in example else \
+          f"{example['index']:05d}"
+      return {"image": x["image"], "original": np.asarray(image.shape[:2], np.int32),
+              "decoded": np.asarray(decoded, np.int32), "name": np.bytes_(name)}
 
-    def flush(pending):
-      images = np.zeros((local, size, size, 3), np.float32)
-      for i, (_, image, _) in enumerate(pending):
-        images[i] = image
-      probs = submission.host(predict(state, self.env.global_batch({"image": images})["image"]))
-      if jax.process_count() > 1:
-        probs = probs[jax.process_index() * local:(jax.process_index() + 1) * local]
-      for (image_id, _, (decoded, original)), p in zip(pending, probs):
-        scale = min(1.0, size / max(decoded))
-        fitted = [int(round(s * scale)) for s in decoded]
-        p = p[:fitted[0], :fitted[1]]
+    written = 0
+    for batch in pipeline.padded_batches(
+        pipeline.Indexed(sources.records(d, split)), canvas, batch_size=local,
+        batch_map=data.normalizer(d.name)):
+      probs = submission.host(predict(state, self.env.global_batch(
+          {"image": batch["image"]})["image"]))
+      probs = probs[process * local:(process + 1) * local] if jax.process_count() > 1 else probs
+      for row in np.flatnonzero(batch["mask"]):
+        decoded, original = batch["decoded"][row], tuple(batch["original"][row])
+        shape = decoded.astype(np.float32)  # as transforms.segmentation.evaluate fits it
+        fitted = np.rint(shape * min(np.float32(1), np.float32(d.eval_size) / shape.max()))
+        fitted = fitted.astype(int)
+        p = probs[row][:fitted[0], :fitted[1]]
         if tuple(fitted) != original:
-          p = tf.image.resize(p, original, "bilinear").numpy()
-        submission.palette_png(encode(np.argmax(p, -1)), folder / f"{image_id}.png",
-                    palette=palette)
-
-    examples = tfds.as_numpy(builder.as_dataset(split=subsplit, shuffle_files=False))
-    pending, written = [], 0
-    for index, example in enumerate(examples):
-      image = example[spec.image_key]
-      image_id = submission.text(example["image_id"]) if "image_id" in example else f"{offset + index:05d}"
-      x, decoded = canvas(image)
-      pending.append((image_id, x, (decoded, tuple(image.shape[:2]))))
-      if len(pending) == local:
-        flush(pending)
-        written, pending = written + len(pending), []
-    for _ in range(math.ceil(largest / local) - written // local):  # same batch count everywhere
-      flush(pending)
-      written, pending = written + len(pending), []
+          p = image_ops.bilinear(p, original)
+        submission.palette_png(encode(np.argmax(p, -1)),
+                               folder / f"{batch['name'][row].decode()}.png", palette=palette)
+        written += 1
     return f"wrote {written} segmentation PNGs to {folder}"
 
 
