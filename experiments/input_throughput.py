@@ -116,8 +116,8 @@ def available_cores() -> list[int]:
 
 def _folder(dataset) -> str | None:
   """The prepared folder of `dataset` (any format), or None."""
-  from attention_lab.data import sources  # pylint: disable=g-import-not-at-top
-  found = sources.find_prepared(dataset.name, dataset.get("data_dir", ""))
+  from attention_lab.data import availability  # pylint: disable=g-import-not-at-top
+  found = availability.find_prepared(dataset.name, dataset.get("data_dir", ""))
   return None if found is None else str(found.data_dir)
 
 

@@ -202,11 +202,28 @@ def not_array_record_message(dataset, found, config_spec: str | None = None) -> 
           f"{prepare_command(dataset, config_spec)}")
 
 
+def find_prepared(name: str, data_dir: str):
+  """The read-only TFDS builder of `name`'s prepared files under `data_dir` ("" = TFDS's
+  default), or None where there are none."""
+  root = epath.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser()
+  if not (root / name.partition(":")[0]).exists():  # (TFDS's own search fails on gs://)
+    return None
+  with quiet_tfds():
+    try:
+      return tfds.core.read_only_builder.builder_from_files(name, data_dir=data_dir or None)
+    except tfds.core.registered.DatasetNotFoundError:
+      return None
+
+
+def has_array_record(builder) -> bool:
+  formats = builder.info.available_file_formats()
+  return tfds.core.file_adapters.FileFormat.ARRAY_RECORD in formats
+
+
 def require_prepared(config, config_spec: str | None = None) -> None:
   """Raises cli.ConfigError (one line) when config.dataset has no facts (data/info.py) for
   config.task, or can neither be read nor be prepared on first use. Reads no builder
   code and needs no TensorFlow."""
-  from attention_lab.data import sources  # pylint: disable=g-import-not-at-top
   dataset = config.dataset
   if not dataset.name:
     return
@@ -217,9 +234,9 @@ def require_prepared(config, config_spec: str | None = None) -> None:
   name = dataset.name
   if spec.how == "embedded" or (name == "celeb_a" and dataset.image_dir):
     return  # generated on first use; read from the JPEG folder
-  found = sources.find_prepared(name, dataset.data_dir)
+  found = find_prepared(name, dataset.data_dir)
   if found is not None:
-    if sources.has_array_record(found):
+    if has_array_record(found):
       return
     raise cli.ConfigError(not_array_record_message(dataset, found, config_spec))
   missing, manual = [], ""

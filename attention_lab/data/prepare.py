@@ -95,7 +95,7 @@ def prepare(dataset) -> str:
   """Prepares one dataset config (name, data_dir, manual_dir) as ArrayRecord; returns a
   line saying what is there. Raises MissingFiles, DownloadFailed, or cli.ConfigError for
   an unknown name."""
-  from attention_lab.data import availability, sources
+  from attention_lab.data import availability
   name = dataset.name
   try:
     availability.source(name)
@@ -103,8 +103,8 @@ def prepare(dataset) -> str:
     raise cli.ConfigError(str(e)) from e
   if name == "celeb_a" and dataset.image_dir:
     return _celeba_folder(dataset)
-  found = sources.find_prepared(name, dataset.data_dir)
-  if found is not None and not sources.has_array_record(found):
+  found = availability.find_prepared(name, dataset.data_dir)
+  if found is not None and not availability.has_array_record(found):
     convert_to_array_record(str(found.data_dir))
     return _prepared_line(name, str(found.data_dir), "converted to ArrayRecord")
   if found is None:
@@ -123,7 +123,7 @@ def _generate(dataset):
   """Runs the dataset's TFDS builder (downloading, or reading the manual_dir) into its
   data_dir as ArrayRecord (a gs:// one: locally, then uploaded); its read-only builder."""
   import tensorflow_datasets as tfds
-  from attention_lab.data import availability, sources
+  from attention_lab.data import availability
   name, spec = dataset.name, availability.source(dataset.name)
   download_config = None
   if spec.how == "manual":
@@ -149,18 +149,19 @@ def _generate(dataset):
       target = epath.Path(dataset.data_dir) / folder.relative_to(staging)
       target.mkdir(parents=True, exist_ok=True)
       for f in sorted(folder.iterdir(), key=lambda f: f.name == "dataset_info.json"):
-        sources.copy_file(f, target / f.name)  # dataset_info.json last: it marks the whole
-  return sources.find_prepared(name, dataset.data_dir)
+        copy_file(f, target / f.name)  # dataset_info.json last: it marks the whole
+  return availability.find_prepared(name, dataset.data_dir)
 
 
 def convert_to_array_record(folder: str) -> None:
   """Writes an ArrayRecord copy of every TFRecord shard of the prepared dataset in `folder`
   (a path or URL) beside it, and lists the format in its dataset_info.json, so that TFDS
-  reads either. O(dataset size) I/O; the records are copied as they are."""
+  reads either. O(dataset size) I/O; the records are copied as they are. Every file appears
+  whole (written under a temporary name, then renamed) and dataset_info.json last, so a
+  process that finds the format listed reads complete shards while another converts too."""
   import tensorflow as tf
   import tensorflow_datasets as tfds
   from array_record.python import array_record_module
-  from attention_lab.data import sources
   root = epath.Path(folder)
   tfrecord = tfds.builder_from_directory(folder, file_format="tfrecord")
   with tempfile.TemporaryDirectory() as staging:
@@ -173,14 +174,21 @@ def convert_to_array_record(folder: str) -> None:
         for record in tf.data.TFRecordDataset(instruction.filename):
           writer.write(record.numpy())
         writer.close()
-        sources.copy_file(epath.Path(local), root / converted)
+        _write_whole(root / converted, lambda f, local=local: copy_file(epath.Path(local), f))
         os.remove(local)
   info_file = root / "dataset_info.json"
   record = json.loads(info_file.read_text())
   formats = record.setdefault("alternativeFileFormats", [])
   if "array_record" not in formats:
     formats.append("array_record")
-  info_file.write_text(json.dumps(record, indent=2))
+  _write_whole(info_file, lambda f: f.write_text(json.dumps(record, indent=2)))
+
+
+def _write_whole(path: epath.Path, write) -> None:
+  """`write(temporary)` beside `path`, then the temporary renamed to `path`."""
+  temporary = path.parent / f".{path.name}.{os.getpid()}.tmp"
+  write(temporary)
+  temporary.replace(path)
 
 
 def prepare_on_first_use(dataset) -> None:
@@ -188,9 +196,9 @@ def prepare_on_first_use(dataset) -> None:
   converted from TFRecord), or a manual one not yet prepared whose files are all in the
   manual_dir. Does nothing otherwise. cli.ConfigError (one line) when that needs
   TensorFlow and it is not installed."""
-  from attention_lab.data import availability, sources
+  from attention_lab.data import availability
   spec = availability.source(dataset.name)
-  found = sources.find_prepared(dataset.name, dataset.data_dir)
+  found = availability.find_prepared(dataset.name, dataset.data_dir)
   if spec.how == "manual":
     manual = availability.manual_dir(dataset)
     if found is not None or availability.missing_files(dataset.name, manual,
@@ -205,7 +213,7 @@ def prepare_on_first_use(dataset) -> None:
     with availability.quiet_tfds():
       prepare(dataset)
   except FileExistsError:  # another process (a run beside this one) prepared it first
-    if sources.find_prepared(dataset.name, dataset.data_dir) is None:
+    if availability.find_prepared(dataset.name, dataset.data_dir) is None:
       raise
   except ImportError as e:
     if "tensorflow" not in str(e):
@@ -215,6 +223,14 @@ def prepare_on_first_use(dataset) -> None:
         f"{availability.data_dir_root(dataset.data_dir)} and preparing it needs TensorFlow; "
         f"prepare it where TensorFlow is installed with: "
         f"{availability.prepare_command(dataset)}") from e
+
+
+def copy_file(source: epath.Path, target: epath.Path, chunk: int = 16 << 20) -> None:
+  """Copies one file between any two epath locations (a bucket and a local disk), in
+  chunks of `chunk` bytes."""
+  with source.open("rb") as reader, target.open("wb") as writer:
+    while data := reader.read(chunk):
+      writer.write(data)
 
 
 def dataset_config(name: str, data_dir: str = "", manual_dir: str = "",

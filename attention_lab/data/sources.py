@@ -141,35 +141,16 @@ def _is_remote(path: str) -> bool:
   return "://" in str(path)
 
 
-def find_prepared(name: str, data_dir: str):
-  """The read-only TFDS builder of `name`'s prepared files under `data_dir` ("" = TFDS's
-  default), or None where there are none."""
-  from attention_lab.data.availability import quiet_tfds  # pylint: disable=g-import-not-at-top
-  root = epath.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser()
-  if not (root / name.partition(":")[0]).exists():  # (TFDS's own search fails on gs://)
-    return None
-  with quiet_tfds():
-    try:
-      return tfds.core.read_only_builder.builder_from_files(name, data_dir=data_dir or None)
-    except tfds.core.registered.DatasetNotFoundError:
-      return None
-
-
-def has_array_record(builder) -> bool:
-  formats = builder.info.available_file_formats()
-  return tfds.core.file_adapters.FileFormat.ARRAY_RECORD in formats
-
-
 def version_dir(dataset) -> str:
   """The local folder of `dataset` (config.dataset) prepared as ArrayRecord: prepared on
   first use where the data layer may (prepare.prepare_on_first_use), copied from a gs://
   data_dir into CACHE; cli.ConfigError (one line) when it cannot be read."""
   from attention_lab.data import availability, prepare  # pylint: disable=g-import-not-at-top
-  builder = find_prepared(dataset.name, dataset.data_dir)
-  if builder is None or not has_array_record(builder):
+  builder = availability.find_prepared(dataset.name, dataset.data_dir)
+  if builder is None or not availability.has_array_record(builder):
     prepare.prepare_on_first_use(dataset)
-    builder = find_prepared(dataset.name, dataset.data_dir)
-  if builder is None or not has_array_record(builder):
+    builder = availability.find_prepared(dataset.name, dataset.data_dir)
+  if builder is None or not availability.has_array_record(builder):
     availability.require_prepared(_run_config(dataset))  # its one line, where it has one
     raise cli.ConfigError(
         availability.not_array_record_message(dataset, builder) if builder is not None
@@ -189,6 +170,7 @@ def _run_config(dataset):
 def local_copy(url: str) -> str:
   """The files of the prepared folder at `url`, copied once into CACHE/<host>/<path>
   (a whole copy is marked; a partial one is copied again)."""
+  from attention_lab.data import prepare  # pylint: disable=g-import-not-at-top
   scheme, _, rest = url.partition("://")
   target = CACHE / scheme / rest
   if (target / _COPIED).exists():
@@ -201,7 +183,7 @@ def local_copy(url: str) -> str:
   partial = target.parent / f"{target.name}.partial-{os.getpid()}"
   partial.mkdir(parents=True, exist_ok=True)
   for f in files:
-    copy_file(f, partial / f.name)
+    prepare.copy_file(f, partial / f.name)
   (partial / _COPIED).write_text(url)
   try:
     partial.rename(target)
@@ -212,14 +194,6 @@ def local_copy(url: str) -> str:
       f.unlink()
     partial.rmdir()
   return str(target)
-
-
-def copy_file(source: epath.Path, target: epath.Path, chunk: int = 16 << 20) -> None:
-  """Copies one file between any two epath locations (a bucket and a local disk), in
-  chunks of `chunk` bytes."""
-  with source.open("rb") as reader, target.open("wb") as writer:
-    while data := reader.read(chunk):
-      writer.write(data)
 
 
 def records(dataset, split: str) -> Records:

@@ -24,7 +24,7 @@ def data_dir(tmp_path_factory):
                                   "synthetic_volumes/denoising", "synthetic_volumes/projection"])
 def test_embedded_facts_are_the_builders(data_dir, name):
   prepare.prepare(prepare.dataset_config(name, data_dir))
-  builder = sources.find_prepared(name, data_dir)
+  builder = availability.find_prepared(name, data_dir)
   facts = info.FACTS[name]
   assert facts.splits == {k: v.num_examples for k, v in builder.info.splits.items()}
   features = builder.info.features
@@ -67,7 +67,7 @@ def test_digit_scenes_classes_agree_with_their_masks(data_dir):
   assert facts.num_classes == 10 and len(facts.mask_classes) == 11
   assert facts.mask_classes[0] == "background" and info.lookup("digit_scenes", "detection")
   prepare.prepare(prepare.dataset_config("digit_scenes", data_dir))
-  records = sources.Records(sources.find_prepared("digit_scenes", data_dir).data_dir, "test")
+  records = sources.Records(availability.find_prepared("digit_scenes", data_dir).data_dir, "test")
   values = set()
   for i in range(0, len(records), 25):
     values |= set(np.unique(records[i][facts.label_key]).tolist())

@@ -195,7 +195,7 @@ def test_prepare_says_what_to_download_and_where(tmp_path):
 def test_prepare_generates_embedded_datasets(tmp_path):
   line = prepare.prepare(_dataset("digits", tmp_path))
   assert line == f"digits: prepared in {tmp_path}/digits/1.0.0 (test 300, train 1,497)"
-  assert sources.has_array_record(sources.find_prepared("digits", str(tmp_path)))
+  assert availability.has_array_record(availability.find_prepared("digits", str(tmp_path)))
   np.testing.assert_equal(prepare.prepare(_dataset("digits", tmp_path)), line)
 
 
@@ -219,6 +219,7 @@ def test_a_tfrecord_dataset_is_named_then_converted(tmp_path):
   assert prepare.prepare(dataset) == (f"voc_segmentation: converted to ArrayRecord in {folder} "
                                       "(train 2, train_aug 3, val 1)")
   availability.require_prepared(_run(dataset))
+  names = os.listdir(folder)
   records = sources.records(dataset, "train_aug")
   in_order = list(tfds.as_numpy(builder.as_dataset(split="train_aug")))
   assert len(records) == len(in_order) == 3
@@ -226,3 +227,7 @@ def test_a_tfrecord_dataset_is_named_then_converted(tmp_path):
     assert records[i]["image_id"] == expected["image_id"]
     np.testing.assert_array_equal(records[i]["segmentation_mask"],
                                   expected["segmentation_mask"])
+  # A second process converting at once rewrites each file whole under its own name.
+  prepare.convert_to_array_record(str(folder))
+  assert sorted(os.listdir(folder)) == sorted(names), "temporary files left behind"
+  assert sources.records(dataset, "train_aug")[2]["image_id"] == in_order[2]["image_id"]

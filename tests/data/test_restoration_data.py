@@ -6,7 +6,7 @@ import pytest
 import tifffile
 
 from attention_lab.data import restoration as data
-from attention_lab.data import sources
+from attention_lab.data import availability, sources
 from attention_lab.data.info import data_info
 from attention_lab.data.builders import care, photos, synthetic_volumes
 
@@ -48,7 +48,7 @@ def test_care_builder_reads_npz_and_tiffs(tmp_path, variant):
   info = data_info(config)  # the published facts: the real data's ranks and channels
   assert (info.input_rank, info.target_rank, info.channels) == (3, 2 if projection else 3, 1)
   folder = sources.version_dir(config.dataset)  # prepared on first use from the manual_dir
-  assert set(sources.find_prepared(config.dataset.name, config.dataset.data_dir).info.splits) \
+  assert set(availability.find_prepared(config.dataset.name, config.dataset.data_dir).info.splits) \
       == {"train", "test_condition_1", "test_condition_2"}
   assert len(sources.Records(folder, "train")) == 5
   batch = next(data.train_iterator(config, local_batch_size=2))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from attention_lab.data import prepare, sources
+from attention_lab.data import availability, prepare, sources
 from attention_lab.data import segmentation as seg
 from configs.segmentation import default
 
@@ -45,7 +45,7 @@ def _split(config, split):
 def prepared(name, data_dir, manual_dir=""):
   """The read-only builder of `name` prepared (as ArrayRecord) under `data_dir`."""
   prepare.prepare(prepare.dataset_config(name, data_dir, manual_dir))
-  return sources.find_prepared(name, str(data_dir))
+  return availability.find_prepared(name, str(data_dir))
 
 
 def test_voc_builder_reads_palette_indices_and_the_sbd_split(tmp_path):

@@ -251,7 +251,7 @@ class Segmentation(base.Task):
     from attention_lab.data import availability, pipeline, sources  # pylint: disable=g-import-not-at-top
     d = self.config.dataset
     sources.version_dir(d)  # prepared on first use, where it may be
-    availability.require_split(d, sources.find_prepared(d.name, d.data_dir), split)
+    availability.require_split(d, availability.find_prepared(d.name, d.data_dir), split)
     folder, encode, palette = submission.segmentation_layout(d.name)
     folder = epath.Path(out) / folder
     local, process = self.env.local_batch_size, jax.process_index()
