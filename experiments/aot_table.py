@@ -40,7 +40,7 @@ def train_configs() -> list[str]:
   """configs/**.py with get_config() that train (not the efficiency benchmark configs)."""
   paths = sorted(glob.glob("configs/**/*.py", root_dir=runs.REPO, recursive=True))
   return [p for p in paths if not p.endswith("__init__.py") and "/efficiency/" not in p
-          and "def get_config" in open(runs.REPO / p).read()]
+          and "def get_config" in (runs.REPO / p).read_text()]
 
 
 # (config, the paper's GPUs as an aot topology or None where the paper trained on a TPU or
@@ -165,7 +165,7 @@ def _table(stem: str, folder: str, rows, selected, redo: bool | None, header: st
   lines, results, missing = [header, "|" + "---|" * (header.count(" | ") + 1)], [], []
   for config, topology, note in rows:
     path = _json_path(config, topology, folder)
-    r = json.load(open(path)) if os.path.exists(path) else None
+    r = json.loads(pathlib.Path(path).read_text()) if os.path.exists(path) else None
     lines.append(_row(config, topology, r, note))
     if r is None:
       missing.append(f"`{config}` on `{topology}`")

@@ -1,5 +1,7 @@
 """The parameter count and table through clu.parameter_overview, for nnx states."""
 
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,7 +46,7 @@ def test_every_params_key_at_any_depth_counts():
 def test_table_has_a_row_per_parameter_and_the_total_last(tmp_path):
   _, state = _state()
   path = parameters.write_table(state, str(tmp_path))
-  lines = open(path).read().splitlines()
+  lines = pathlib.Path(path).read_text().splitlines()
   rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in lines
           if line.startswith("| params/")}
   assert rows == {"params/conv/kernel": "(3, 3, 3, 4)", "params/conv/bias": "(4,)",
