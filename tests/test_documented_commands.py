@@ -1,6 +1,6 @@
-"""Every `python -m attention_lab...` command the README and the config docstrings show runs.
+"""Every `python -m attention_lab...` command of README.md, docs/ and the config docstrings runs.
 
-Commands are collected from README.md (code blocks and inline code, backslash
+Commands are collected from README.md and docs/*.md (code blocks and inline code, backslash
 continuations joined) and from the docstring of every configs/**/*.py. A value
 `a|b|c` of a --config override expands to one command per alternative; a bare
 placeholder value (DIR, OP, K, ...) is left out; paths of data and weights
@@ -34,8 +34,9 @@ MULTI_HOST = ("--coordinator_address", "--num_processes", "--process_id")
 
 
 def _sources():
-  with open(os.path.join(ROOT, "README.md")) as f:
-    yield "README.md", f.read()
+  for path in ["README.md", *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+    with open(os.path.join(ROOT, path)) as f:
+      yield os.path.relpath(os.path.join(ROOT, path), ROOT), f.read()
   for path in sorted(glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)):
     with open(path) as f:
       doc = ast.get_docstring(ast.parse(f.read()))
