@@ -71,7 +71,7 @@ import tempfile
 import time
 
 from absl import app, flags
-from etils import epy
+from etils import epath, epy
 
 from attention_lab import cli
 
@@ -125,7 +125,7 @@ def real_data_prepared(config) -> bool:
   """Whether config.dataset is prepared here in both formats (TFRecord for tf.data,
   ArrayRecord for grain), or read from a JPEG folder (dataset.image_dir)."""
   dataset = config.dataset
-  if dataset.get("image_dir") and os.path.isdir(dataset.image_dir):
+  if dataset.get("image_dir") and epath.Path(dataset.image_dir).is_dir():
     return True
   folder = _folder(dataset)
   if folder is None:
